@@ -1,0 +1,1 @@
+"""storm-mm: the machine manager (job store, queue, matrix, heartbeats)."""

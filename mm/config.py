@@ -1,0 +1,197 @@
+"""The storm.toml configuration file, shared by storm-mm ([cluster], [mm]) and storm-nm ([cluster], [nm]).
+
+Every field can also be set on the daemon's command line: ``--node-timeout 5`` overrides
+``[mm] node_timeout``.
+Unknown keys and values of the wrong type are errors that name the key, so a typo never goes unnoticed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
+POLICIES = ("batch",)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    name: str = "storm"
+    policy: str = "batch"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MMConfig:
+    state_dir: str = "/var/lib/storm"
+    # The CLI's endpoint: a local socket, so the kernel tells the MM who is calling.
+    client_endpoint: str = "ipc:///run/storm/mm.sock"
+    node_endpoint: str = "tcp://*:6817"
+    node_timeout: float = 10.0
+    mpl: int = 1
+    default_time_limit: float = 0.0
+    sync: str = "FULL"
+    log_level: str = "info"
+    # Jobs stuck this long after their ranks were told to stop are ended anyway (their node is suspect).
+    kill_timeout: float = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class NMConfig:
+    name: str = ""
+    mm: str = "tcp://localhost:6817"
+    run_dir: str = "/run/storm-nm"
+    pes: int = 0
+    cpus: list[int] = field(default_factory=list)
+    kill_grace: float = 3.0
+    log_level: str = "info"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StormConfig:
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    mm: MMConfig = field(default_factory=MMConfig)
+    nm: NMConfig = field(default_factory=NMConfig)
+
+    def node_name(self) -> str:
+        return self.nm.name or socket.gethostname().split(".")[0]
+
+    def node_cpus(self) -> list[int]:
+        """The CPUs the NM's PEs are pinned to, PE i on cpus[i]."""
+        if self.nm.cpus:
+            return list(self.nm.cpus)
+        allowed = sorted(os.sched_getaffinity(0))
+        count = self.nm.pes or len(allowed)
+        return [allowed[i % len(allowed)] for i in range(count)]
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    if hint is bool:
+        if isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        if isinstance(value, str):
+            value = [v for v in value.replace(",", " ").split() if v]
+        if isinstance(value, list):
+            return [_coerce(v, item, where) for v in value]
+    raise ConfigError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def _section(cls: type[Any], values: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
+        )
+    return cls(**{k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()})
+
+
+def _validate(config: StormConfig) -> None:
+    if config.cluster.policy not in POLICIES:
+        raise ConfigError(f"cluster.policy: {config.cluster.policy!r} is not one of {', '.join(POLICIES)}")
+    if config.mm.mpl < 1:
+        raise ConfigError("mm.mpl must be at least 1")
+    if config.mm.node_timeout <= 0:
+        raise ConfigError("mm.node_timeout must be positive")
+    if config.nm.pes < 0 or config.nm.kill_grace < 0:
+        raise ConfigError("nm.pes and nm.kill_grace must not be negative")
+
+
+def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> StormConfig:
+    """Read ``path`` (None: the defaults), then apply ``{section: {key: value}}`` overrides."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such configuration file") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    sections = {f.name: f.type for f in dataclasses.fields(StormConfig)}
+    unknown = sorted(set(raw) - set(sections))
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}")
+    hints = typing.get_type_hints(StormConfig)
+    built = {}
+    for name in sections:
+        values = dict(raw.get(name, {}))
+        if not isinstance(raw.get(name, {}), dict):
+            raise ConfigError(f"{path}: [{name}] must be a table")
+        values.update((overrides or {}).get(name, {}))
+        built[name] = _section(hints[name], values, name)
+    config = StormConfig(**built)
+    _validate(config)
+    return config
+
+
+def add_arguments(parser: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
+    """One ``--flag`` per setting of the given sections, all defaulting to "not given".
+
+    A [cluster] setting whose name the daemon's own section shares gets a prefix (``--cluster-name``).
+    """
+    parser.add_argument(
+        "--config", type=Path, help=f"configuration file (default {DEFAULT_CONFIG} if present)"
+    )
+    hints = typing.get_type_hints(StormConfig)
+    names = [f.name for section in sections for f in dataclasses.fields(hints[section])]
+    for section in sections:
+        group = parser.add_argument_group(f"[{section}] settings")
+        for f in dataclasses.fields(hints[section]):
+            flag = f"{section}_{f.name}" if section == "cluster" and names.count(f.name) > 1 else f.name
+            default = f.default if f.default is not dataclasses.MISSING else []
+            group.add_argument(
+                "--" + flag.replace("_", "-"),
+                dest=f"{section}__{f.name}",
+                default=None,
+                metavar=str(f.type).split("[")[0].upper(),
+                help=f"[{section}] {f.name}, default {default!r}",
+            )
+
+
+def from_arguments(args: argparse.Namespace) -> StormConfig:
+    overrides: dict[str, dict[str, Any]] = {}
+    for key, value in vars(args).items():
+        if "__" in key and value is not None:
+            section, name = key.split("__", 1)
+            overrides.setdefault(section, {})[name] = value
+    path: Path | None = args.config
+    if path is None and DEFAULT_CONFIG.exists():
+        path = DEFAULT_CONFIG
+    return load(path, overrides)

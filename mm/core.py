@@ -1,0 +1,409 @@
+"""The machine manager's decisions, with no sockets: what happens to jobs and nodes when something arrives.
+
+Each entry point takes the current time and records its effects in three places: the store (durably, before
+anything else sees them), ``outbox`` (messages for node managers, by node name) and ``ended`` (jobs that just
+reached a terminal state, whose waiting clients the daemon answers). The daemon in mm/daemon.py only moves
+bytes; the simulator and the unit tests drive this class directly.
+
+A job holds its PEs from STARTING until every node it ran on has reported its ranks gone (or is DOWN): a job
+that is being killed keeps its PEs, so a new job never lands on a PE whose old rank still runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+from storm.mm.config import MMConfig
+from storm.mm.jobs import Job, JobSpec, JobState, advance, outcome
+from storm.mm.matrix import Matrix, Placement
+from storm.mm.nodes import DOWN, UP, NodeRegistry
+from storm.mm.protocol import (
+    JobInfo,
+    JobLaunched,
+    JobNodeDone,
+    KillJob,
+    LaunchJob,
+    Message,
+    NodeInfo,
+    NodeRegistered,
+    NodeStatus,
+    PmiBarrierIn,
+    PmiBarrierOut,
+    RankExit,
+    RankFailed,
+    RankSlot,
+    RegisterNode,
+    Reregister,
+)
+from storm.mm.scheduler import QueuedJob, RunningJob, schedule
+from storm.mm.store import Store
+
+log = logging.getLogger("storm.mm")
+
+
+class Rejected(ValueError):
+    """A request that cannot be accepted; ``code`` is the stable word sent to the client."""
+
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Ending:
+    """Why storm is stopping a job that has not ended by itself."""
+
+    state: JobState
+    exit_code: int | None
+    reason: str
+
+
+@dataclass
+class Tracking:
+    """What the MM knows of an active job's ranks, node by node."""
+
+    kvsname: str = ""
+    launched: set[str] = field(default_factory=set)
+    done: dict[str, tuple[RankExit, ...]] = field(default_factory=dict)
+    ending: Ending | None = None
+    kill_time: float | None = None
+    barriers: dict[int, dict[str, dict[str, str]]] = field(default_factory=dict)
+
+
+def format_duration(seconds: float) -> str:
+    s = round(seconds)
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+class Controller:
+    def __init__(self, store: Store, config: MMConfig, now: float, mm_epoch: str) -> None:
+        self.store = store
+        self.config = config
+        self.mm_epoch = mm_epoch
+        self.matrix = Matrix(config.mpl)
+        self.registry = NodeRegistry(config.node_timeout)
+        self.pending: dict[int, Job] = {}
+        self.active: dict[int, Job] = {}
+        self.tracking: dict[int, Tracking] = {}
+        self.reasons: dict[int, str] = {}
+        self.outbox: list[tuple[str, Message]] = []
+        self.ended: list[Job] = []
+        self._recover(now)
+
+    # ---------------------------------------------------------------------------------------------- restart
+
+    def _recover(self, now: float) -> None:
+        """Rebuild memory from the store: queued jobs wait, placed jobs keep their PEs until nodes report."""
+        self.registry.load(self.store.nodes(), now)
+        for node in self.registry.all():
+            if node.state == UP:
+                self.matrix.add_node(node.name, node.pes)
+        for job in self.store.jobs(active_only=True):
+            if job.state is JobState.PENDING:
+                self.pending[job.id] = job
+                continue
+            self.active[job.id] = job
+            self.tracking[job.id] = Tracking(
+                launched=set(job.nodes) if job.state is JobState.RUNNING else set()
+            )
+            missing = [n for n in job.nodes if n not in self.matrix.nodes()]
+            if missing:
+                self._node_lost(job, missing[0], "was DOWN when storm-mm restarted", now)
+                continue
+            self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
+        if self.pending or self.active:
+            log.info("recovered %d queued and %d running jobs", len(self.pending), len(self.active))
+
+    # ---------------------------------------------------------------------------------------------- clients
+
+    def submit(self, spec: JobSpec, now: float) -> Job:
+        total = self.matrix.total_pes()
+        if total == 0:
+            raise Rejected("no_nodes", "the cluster has no nodes: start a node manager first")
+        if spec.ranks > total:
+            raise Rejected(
+                "too_many_ranks", f"{spec.ranks} ranks requested, but the cluster has only {total} PEs"
+            )
+        if spec.time_limit is None and self.config.default_time_limit > 0:
+            spec = dataclasses.replace(spec, time_limit=self.config.default_time_limit)
+        job = self.store.add_job(spec, now)
+        self.pending[job.id] = job
+        self.schedule(now)
+        return job
+
+    def cancel(self, job_ids: tuple[int, ...], uid: int, user: str, now: float) -> dict[str, str]:
+        results: dict[str, str] = {}
+        for job_id in job_ids:
+            job = self.pending.get(job_id) or self.active.get(job_id) or self.store.get_job(job_id)
+            if job is None:
+                results[str(job_id)] = "unknown job"
+            elif uid not in (0, job.spec.uid):
+                results[str(job_id)] = f"permission denied: job {job_id} belongs to {job.spec.user}"
+            elif job.state.terminal:
+                results[str(job_id)] = f"already {job.state.value}"
+            elif job.state is JobState.PENDING:
+                del self.pending[job_id]
+                self._finish(advance(job, JobState.CANCELLED, now, reason=f"cancelled by {user}"), now)
+                results[str(job_id)] = "cancelled"
+            else:
+                self._end(job, Ending(JobState.CANCELLED, None, f"cancelled by {user}"), now)
+                results[str(job_id)] = "cancelled" if job_id not in self.active else "cancelling"
+        self.schedule(now)
+        return results
+
+    def job_infos(self, job_ids: tuple[int, ...] = (), everything: bool = False) -> list[JobInfo]:
+        live = {**self.pending, **self.active}
+        if job_ids:
+            jobs = [live.get(i) or self.store.get_job(i) for i in job_ids]
+            found = [j for j in jobs if j is not None]
+        elif everything:
+            found = [live.get(j.id, j) for j in self.store.jobs()]
+        else:
+            found = sorted(live.values(), key=lambda j: j.id)
+        infos = []
+        for job in found:
+            info = job.info()
+            if job.state is JobState.PENDING and job.id in self.reasons:
+                info = dataclasses.replace(info, reason=self.reasons[job.id])
+            infos.append(info)
+        return infos
+
+    def node_infos(self) -> list[NodeInfo]:
+        used: dict[str, list[int]] = {}
+        for job in self.active.values():
+            for node in job.nodes:
+                used.setdefault(node, []).append(job.id)
+        pes_used: dict[str, int] = {}
+        for job in self.active.values():
+            for node, _pe in job.placement:
+                pes_used[node] = pes_used.get(node, 0) + 1
+        return [
+            NodeInfo(
+                name=n.name,
+                state=n.state,
+                pes=n.pes,
+                pes_used=pes_used.get(n.name, 0),
+                address=n.address,
+                last_seen=n.last_seen,
+                reason=n.reason
+                if n.state == DOWN
+                else ""
+                if n.confirmed
+                else "not registered since storm-mm started",
+                jobs=tuple(used.get(n.name, ())),
+            )
+            for n in sorted(self.registry.all(), key=lambda n: n.name)
+        ]
+
+    # ---------------------------------------------------------------------------------------------- nodes
+
+    def register(self, msg: RegisterNode, now: float) -> NodeRegistered:
+        node, _restarted = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now)
+        try:
+            self.matrix.add_node(msg.node, msg.pes)
+        except ValueError:
+            log.warning(
+                "node %s now reports %d PEs but jobs occupy it: keeping the old count", msg.node, msg.pes
+            )
+        self.store.save_node(node.record())
+        listed = set(msg.jobs)
+        stale = tuple(sorted(j for j in listed if j not in self.active))
+        for job in list(self.active.values()):
+            track = self.tracking[job.id]
+            if msg.node not in job.nodes or msg.node in track.done:
+                continue
+            if job.id not in listed:
+                self._node_lost(job, msg.node, "its node manager no longer knows the job", now)
+            elif track.ending is not None:
+                # A kill sent while the node was unreachable was lost: send it again.
+                self.outbox.append((msg.node, KillJob(job_id=job.id, reason=track.ending.reason)))
+        log.info("node %s registered with %d PEs (%s)", msg.node, msg.pes, msg.address or "no address")
+        self.schedule(now)
+        return NodeRegistered(
+            node=msg.node,
+            mm_epoch=self.mm_epoch,
+            report_interval=self.config.node_timeout / 5,
+            stale_jobs=stale,
+        )
+
+    def node_status(self, msg: NodeStatus, now: float) -> Reregister | None:
+        if msg.mm_epoch != self.mm_epoch or not self.registry.seen(msg.node, msg.nm_epoch, now):
+            return Reregister(reason="unknown node manager: register first")
+        for job_id in msg.jobs:
+            job = self.active.get(job_id)
+            if job is None:
+                self.outbox.append((msg.node, KillJob(job_id=job_id, reason="the job has ended")))
+            elif job.state is JobState.STARTING:
+                # The launch report may have been lost; the status shows the ranks exist.
+                self._launched(job, msg.node, now)
+        return None
+
+    def job_launched(self, msg: JobLaunched, now: float) -> None:
+        job = self.active.get(msg.job_id)
+        if job is None:
+            self.outbox.append((msg.node, KillJob(job_id=msg.job_id, reason="the job has ended")))
+            return
+        self._launched(job, msg.node, now)
+
+    def _launched(self, job: Job, node: str, now: float) -> None:
+        track = self.tracking[job.id]
+        track.launched.add(node)
+        if job.state is JobState.STARTING and track.launched >= set(job.nodes):
+            job = advance(job, JobState.RUNNING, now, start_time=job.start_time)
+            self.store.save_job(job)
+            self.active[job.id] = job
+
+    def rank_failed(self, msg: RankFailed, now: float) -> None:
+        job = self.active.get(msg.job_id)
+        if job is not None:
+            self._end(
+                job, Ending(JobState.FAILED, msg.exit.status, f"{msg.exit.describe()} on {msg.node}"), now
+            )
+
+    def job_node_done(self, msg: JobNodeDone, now: float) -> None:
+        job = self.active.get(msg.job_id)
+        if job is None or msg.node not in job.nodes:
+            return  # already recorded: this is a re-sent report
+        track = self.tracking[job.id]
+        track.done[msg.node] = msg.exits
+        failed = [e for e in msg.exits if e.failed]
+        if failed and track.ending is None:
+            self._end(
+                job, Ending(JobState.FAILED, failed[0].status, f"{failed[0].describe()} on {msg.node}"), now
+            )
+        self._maybe_finish(job.id, now)
+
+    def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> None:
+        job = self.active.get(msg.job_id)
+        if job is None or msg.node not in job.nodes:
+            return
+        arrived = self.tracking[job.id].barriers.setdefault(msg.seq, {})
+        arrived[msg.node] = msg.kvs
+        if set(arrived) >= set(job.nodes):
+            merged: dict[str, str] = {}
+            for kvs in arrived.values():
+                merged.update(kvs)
+            del self.tracking[job.id].barriers[msg.seq]
+            for node in job.nodes:
+                self.outbox.append((node, PmiBarrierOut(job_id=job.id, seq=msg.seq, kvs=merged)))
+
+    # ---------------------------------------------------------------------------------------------- time
+
+    def tick(self, now: float) -> None:
+        """Node liveness, time limits and stuck kills; call it a few times a second."""
+        for node in self.registry.expire(now):
+            log.warning("node %s is DOWN: %s", node.name, node.reason)
+            self.store.save_node(node.record())
+            for job_id in sorted(self.matrix.remove_node(node.name)):
+                job = self.active.get(job_id)
+                if job is not None:
+                    self._node_lost(job, node.name, f"node {node.name} DOWN ({node.reason})", now)
+        for job in list(self.active.values()):
+            track = self.tracking[job.id]
+            limit = job.spec.time_limit
+            started = job.start_time
+            if track.ending is None and limit is not None and started is not None and now - started > limit:
+                reason = f"time limit of {format_duration(limit)} reached"
+                self._end(job, Ending(JobState.TIMEOUT, None, reason), now)
+            if track.kill_time is not None and now - track.kill_time > self.config.kill_timeout:
+                for name in job.nodes:
+                    if name not in track.done:
+                        log.error("job %d: node %s did not confirm its ranks stopped", job.id, name)
+                        track.done[name] = ()
+                self._maybe_finish(job.id, now)
+        self.schedule(now)
+
+    def schedule(self, now: float) -> None:
+        if not self.pending:
+            self.reasons = {}
+            return
+        queue = [
+            QueuedJob(job_id=j.id, ranks=j.spec.ranks, time_limit=j.spec.time_limit)
+            for j in self.pending.values()
+        ]
+        running = {
+            j.id: RunningJob(job_id=j.id, start_time=j.start_time or now, time_limit=j.spec.time_limit)
+            for j in self.active.values()
+        }
+        plan = schedule(now, queue, running, self.matrix, self.registry.usable())
+        self.reasons = dict(plan.reasons)
+        for start in plan.starts:
+            self._start(self.pending.pop(start.job_id), start.placement, now)
+
+    # ---------------------------------------------------------------------------------------------- internals
+
+    def _start(self, job: Job, placement: Placement, now: float) -> None:
+        job = advance(job, JobState.STARTING, now, placement=placement.pes, row=placement.row, reason="")
+        self.store.save_job(job)
+        track = Tracking(kvsname=f"storm_{job.id}_{secrets.token_hex(4)}")
+        self.active[job.id] = job
+        self.tracking[job.id] = track
+        counts = [sum(1 for n, _ in placement.pes if n == node) for node in placement.nodes]
+        for index, node in enumerate(placement.nodes):
+            slots = tuple(RankSlot(rank=r, pe=pe) for r, (n, pe) in enumerate(placement.pes) if n == node)
+            spec = job.spec
+            launch = LaunchJob(
+                job_id=job.id,
+                name=spec.name,
+                kvsname=track.kvsname,
+                size=spec.ranks,
+                node_index=index,
+                ranks_per_node=tuple(counts),
+                slots=slots,
+                argv=spec.argv,
+                cwd=spec.cwd,
+                env=spec.env,
+                uid=spec.uid,
+                gid=spec.gid,
+                user=spec.user,
+                output=spec.output,
+                error=spec.error,
+            )
+            self.outbox.append((node, launch))
+        log.info("job %d started on %s", job.id, ",".join(placement.nodes))
+
+    def _node_lost(self, job: Job, node: str, why: str, now: float) -> None:
+        track = self.tracking[job.id]
+        track.done.setdefault(node, (RankExit(rank=0, error=f"lost on {node}: {why}"),))
+        self._end(job, Ending(JobState.NODE_FAIL, None, f"node {node}: {why}"), now)
+
+    def _end(self, job: Job, ending: Ending, now: float) -> None:
+        """Stop a job everywhere; the first reason given is the one that counts."""
+        track = self.tracking[job.id]
+        if track.ending is None:
+            track.ending = ending
+            track.kill_time = now
+            log.info("job %d ending: %s", job.id, ending.reason)
+        for node in job.nodes:
+            if node not in track.done:
+                self.outbox.append((node, KillJob(job_id=job.id, reason=ending.reason)))
+        self._maybe_finish(job.id, now)
+
+    def _maybe_finish(self, job_id: int, now: float) -> None:
+        job = self.active.get(job_id)
+        if job is None:
+            return
+        track = self.tracking[job_id]
+        if not set(track.done) >= set(job.nodes):
+            return
+        exits = [e for node in job.nodes for e in track.done[node]]
+        if track.ending is not None:
+            state, code, reason = track.ending.state, track.ending.exit_code, track.ending.reason
+            if code is None:
+                code = next((e.status for e in exits if e.failed), None)
+        else:
+            state, code, reason = outcome(exits)
+        del self.active[job_id]
+        del self.tracking[job_id]
+        self.matrix.release(job_id)
+        self._finish(advance(job, state, now, exit_code=code, reason=reason), now)
+
+    def _finish(self, job: Job, now: float) -> None:
+        self.store.save_job(job)
+        self.ended.append(job)
+        log.info("job %d %s%s", job.id, job.state.value, f": {job.reason}" if job.reason else "")

@@ -1,0 +1,292 @@
+"""storm-mm's sockets: a thin asyncio shell around :class:`storm.mm.core.Controller`.
+
+Two ROUTER sockets: one for clients on a local ipc:// endpoint (the kernel's peer credentials say who calls),
+one for node managers over TCP (each NM's routing id is its node name). Every message is decoded and
+validated by storm.mm.protocol; anything wrong gets an ``error`` reply and a log line, never a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import pwd
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from storm.mm import protocol as p
+from storm.mm.config import StormConfig
+from storm.mm.core import Controller, Rejected
+from storm.mm.jobs import JobSpec
+from storm.mm.store import Store
+
+log = logging.getLogger("storm.mm")
+
+TICK_SECONDS = 0.2
+
+
+class Caller:
+    """Who sent a client request, as the kernel reported it."""
+
+    def __init__(self, uid: int, gid: int, pid: int) -> None:
+        self.uid, self.gid, self.pid = uid, gid, pid
+        try:
+            self.user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            self.user = str(uid)
+
+
+def peer_credentials(frame: zmq.Frame) -> Caller | None:
+    """libzmq exposes SO_PEERCRED of an ipc peer as the Peer-Address 'localhost:UID:GID:PID'."""
+    try:
+        address = frame.get("Peer-Address")
+    except zmq.ZMQError:
+        return None
+    parts = str(address).split(":")
+    if len(parts) != 4 or not all(x.isdigit() for x in parts[1:]):
+        return None
+    return Caller(int(parts[1]), int(parts[2]), int(parts[3]))
+
+
+def bind(socket: zmq.asyncio.Socket, endpoint: str) -> str:
+    if endpoint.startswith("ipc://"):
+        Path(endpoint[len("ipc://") :]).parent.mkdir(parents=True, exist_ok=True)
+    socket.bind(endpoint)
+    real = socket.getsockopt(zmq.LAST_ENDPOINT)
+    assert isinstance(real, bytes)
+    return real.decode()
+
+
+class MachineManager:
+    def __init__(self, config: StormConfig) -> None:
+        self.config = config
+        self.state_dir = Path(config.mm.state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = self._take_lock()
+        self.store = Store(self.state_dir / "storm.db", config.mm.sync)
+        self.epoch = uuid.uuid4().hex
+        self.core = Controller(self.store, config.mm, time.time(), self.epoch)
+        self.ctx = zmq.asyncio.Context()
+        self.clients = self.ctx.socket(zmq.ROUTER)
+        self.nodes = self.ctx.socket(zmq.ROUTER)
+        for s in (self.clients, self.nodes):
+            s.setsockopt(zmq.LINGER, 0)
+            # A peer that vanished must not make the MM block or grow without bound.
+            s.setsockopt(zmq.ROUTER_MANDATORY, 0)
+            s.setsockopt(zmq.SNDHWM, 100_000)
+        self.clients.setsockopt(zmq.MAXMSGSIZE, p.MAX_CLIENT_MESSAGE)
+        self.nodes.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
+        self.nodes.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.waiters: dict[int, list[tuple[bytes, int]]] = {}
+        self.stopping = asyncio.Event()
+
+    def _take_lock(self) -> int:
+        fd = os.open(self.state_dir / "mm.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SystemExit(
+                f"storm-mm: another storm-mm is running with state directory {self.state_dir}"
+            ) from None
+        return fd
+
+    def _write_endpoints(self, client: str, node: str) -> None:
+        """Publish the real endpoints (ports may have been 0) for local tools; written atomically."""
+        if client.startswith("ipc://"):
+            # Every user may submit: the kernel tells the MM who each caller is.
+            os.chmod(client[len("ipc://") :], 0o666)  # noqa: S103
+        info = {"client": client, "node": node, "pid": os.getpid(), "epoch": self.epoch}
+        tmp = self.state_dir / "mm.json.tmp"
+        tmp.write_text(json.dumps(info, indent=1) + "\n")
+        tmp.replace(self.state_dir / "mm.json")
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        client = bind(self.clients, self.config.mm.client_endpoint)
+        node = bind(self.nodes, self.config.mm.node_endpoint)
+        self._write_endpoints(client, node)
+        log.info(
+            "storm-mm %s: clients on %s, nodes on %s, state in %s",
+            self.epoch[:8],
+            client,
+            node,
+            self.state_dir,
+        )
+        tasks = [
+            asyncio.create_task(self._serve(self.clients, self._client_message)),
+            asyncio.create_task(self._serve(self.nodes, self._node_message)),
+            asyncio.create_task(self._ticker()),
+        ]
+        await self.stopping.wait()
+        log.info("storm-mm stopping")
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        (self.state_dir / "mm.json").unlink(missing_ok=True)
+        self.clients.close()
+        self.nodes.close()
+        self.ctx.term()
+        self.store.close()
+        os.close(self._lock)
+
+    async def _serve(
+        self, socket: zmq.asyncio.Socket, handle: Callable[[list[zmq.Frame]], Awaitable[None]]
+    ) -> None:
+        while True:
+            frames = await socket.recv_multipart(copy=False)
+            try:
+                await handle(frames)
+            except Exception:
+                log.exception("unexpected error while handling a message; carrying on")
+            self._flush()
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            try:
+                self.core.tick(time.time())
+            except Exception:
+                log.exception("unexpected error in the periodic check; carrying on")
+            self._flush()
+
+    def _flush(self) -> None:
+        """Send what the controller queued for nodes and answer clients waiting for jobs that ended."""
+        outbox, self.core.outbox = self.core.outbox, []
+        for node, msg in outbox:
+            self._send(self.nodes, node.encode(), msg)
+        ended, self.core.ended = self.core.ended, []
+        for job in ended:
+            for identity, req in self.waiters.pop(job.id, []):
+                self._send(self.clients, identity, p.JobList(req=req, jobs=(job.info(),)))
+
+    def _send(self, socket: zmq.asyncio.Socket, identity: bytes, msg: p.Message) -> None:
+        try:
+            socket.send_multipart([identity, p.encode(msg)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.warning("could not send %s to %r: %s", msg.op, identity, exc)
+
+    # ---------------------------------------------------------------------------------------------- clients
+
+    async def _client_message(self, frames: list[zmq.Frame]) -> None:
+        if len(frames) != 2:
+            log.warning("client message with %d frames dropped", len(frames))
+            return
+        identity, body = frames[0].bytes, frames[1]
+        try:
+            msg = p.decode(body.bytes, p.MAX_CLIENT_MESSAGE)
+        except p.ProtocolError as exc:
+            log.warning("bad client message: %s", exc)
+            self._send(
+                self.clients, identity, p.Error(req=p.peek_req(body.bytes), code="bad_request", text=str(exc))
+            )
+            return
+        caller = peer_credentials(body)
+        if caller is None:
+            self._send(
+                self.clients, identity, p.error_for(msg, "unauthenticated", "only local clients are served")
+            )
+            return
+        try:
+            reply = self._client_request(msg, caller, identity)
+        except Rejected as exc:
+            reply = p.error_for(msg, exc.code, str(exc))
+        except Exception as exc:
+            log.exception("client request %s failed", msg.op)
+            reply = p.error_for(msg, "internal", f"internal error: {exc.__class__.__name__}: {exc}")
+        if reply is not None:
+            self._send(self.clients, identity, reply)
+
+    def _client_request(self, msg: p.Message, caller: Caller, identity: bytes) -> p.Message | None:
+        now = time.time()
+        match msg:
+            case p.SubmitJob():
+                spec = JobSpec(
+                    name=msg.name or os.path.basename(msg.argv[0]),
+                    uid=caller.uid,
+                    gid=caller.gid,
+                    user=caller.user,
+                    ranks=msg.ranks,
+                    argv=msg.argv,
+                    cwd=msg.cwd,
+                    env=msg.env,
+                    time_limit=msg.time_limit,
+                    output=msg.output or os.path.join(msg.cwd, "storm-%j.out"),
+                    error=msg.error,
+                )
+                job = self.core.submit(spec, now)
+                return p.JobSubmitted(req=msg.req, job_id=job.id)
+            case p.ListJobs():
+                return p.JobList(req=msg.req, jobs=tuple(self.core.job_infos(msg.job_ids, msg.all)))
+            case p.CancelJobs():
+                results = self.core.cancel(msg.job_ids, caller.uid, caller.user, now)
+                return p.CancelResult(req=msg.req, results=results)
+            case p.WaitJob():
+                infos = self.core.job_infos((msg.job_id,))
+                if not infos:
+                    raise Rejected("unknown_job", f"no job {msg.job_id}")
+                if infos[0].state in ("PENDING", "STARTING", "RUNNING"):
+                    self.waiters.setdefault(msg.job_id, []).append((identity, msg.req))
+                    return None
+                return p.JobList(req=msg.req, jobs=tuple(infos))
+            case p.ListNodes():
+                return p.NodeList(req=msg.req, nodes=tuple(self.core.node_infos()))
+        raise Rejected("bad_request", f"{msg.op} is not a client request")
+
+    # ---------------------------------------------------------------------------------------------- nodes
+
+    async def _node_message(self, frames: list[zmq.Frame]) -> None:
+        if len(frames) != 2:
+            log.warning("node message with %d frames dropped", len(frames))
+            return
+        identity, body = frames[0].bytes, frames[1].bytes
+        try:
+            msg = p.decode(body, p.MAX_NODE_MESSAGE)
+        except p.ProtocolError as exc:
+            log.warning("bad message from node %r: %s", identity, exc)
+            self._send(self.nodes, identity, p.Error(code="bad_request", text=str(exc)))
+            return
+        node = getattr(msg, "node", None)
+        if node is not None and node.encode() != identity:
+            # The routing id is what replies are addressed to; a mismatch would misroute them.
+            self._send(
+                self.nodes, identity, p.Error(code="bad_request", text="node name differs from routing id")
+            )
+            return
+        now = time.time()
+        reply: p.Message | None = None
+        match msg:
+            case p.RegisterNode():
+                reply = self.core.register(msg, now)
+            case p.NodeStatus():
+                reply = self.core.node_status(msg, now)
+            case p.JobLaunched():
+                self.core.job_launched(msg, now)
+            case p.RankFailed():
+                self.core.rank_failed(msg, now)
+            case p.JobNodeDone():
+                self.core.job_node_done(msg, now)
+                reply = p.Ack(job_id=msg.job_id, what=msg.op)
+            case p.PmiBarrierIn():
+                self.core.pmi_barrier_in(msg, now)
+            case _:
+                reply = p.Error(code="bad_request", text=f"{msg.op} is not a node message")
+        if reply is not None:
+            self._send(self.nodes, identity, reply)
+
+
+def serve(config: StormConfig) -> None:
+    async def main() -> None:
+        await MachineManager(config).run()
+
+    asyncio.run(main())

@@ -1,0 +1,167 @@
+"""Jobs and their life cycle: PENDING -> STARTING -> RUNNING -> one terminal state.
+
+The record here is what the store keeps and what the MM's scheduling acts on. Transitions are checked in one
+place (:func:`advance`) so that no code path can move a job backwards or out of a terminal state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+
+from storm.mm.protocol import JobInfo, RankExit
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def active(self) -> bool:
+        """Holds PEs: its ranks exist or are being started."""
+        return self in (JobState.STARTING, JobState.RUNNING)
+
+
+TERMINAL = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL}
+)
+
+_ALLOWED: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
+    JobState.STARTING: frozenset({JobState.RUNNING} | TERMINAL),
+    JobState.RUNNING: TERMINAL,
+}
+
+# What `storm submit --wait` exits with when a job did not end by itself: a caller can tell them apart.
+WAIT_EXIT_CODES: dict[JobState, int] = {
+    JobState.CANCELLED: 130,
+    JobState.TIMEOUT: 124,
+    JobState.NODE_FAIL: 125,
+}
+
+
+class TransitionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """What the user asked for; never changes after submission."""
+
+    name: str
+    uid: int
+    gid: int
+    user: str
+    ranks: int
+    argv: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    time_limit: float | None
+    output: str
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    id: int
+    spec: JobSpec
+    state: JobState
+    submit_time: float
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    # Rank i runs on placement[i] = (node, pe); empty until the job is placed.
+    placement: tuple[tuple[str, int], ...] = ()
+    row: int | None = None
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for node, _pe in self.placement:
+            seen.setdefault(node)
+        return tuple(seen)
+
+    def info(self) -> JobInfo:
+        return JobInfo(
+            id=self.id,
+            name=self.spec.name,
+            user=self.spec.user,
+            uid=self.spec.uid,
+            state=self.state.value,
+            ranks=self.spec.ranks,
+            nodes=self.nodes,
+            submit_time=self.submit_time,
+            start_time=self.start_time,
+            end_time=self.end_time,
+            exit_code=self.exit_code,
+            reason=self.reason,
+            time_limit=self.spec.time_limit,
+            argv=self.spec.argv,
+            cwd=self.spec.cwd,
+            output=self._path(self.spec.output),
+            error=self._path(self.spec.error),
+        )
+
+    def _path(self, pattern: str) -> str:
+        return (
+            expand_path(pattern, job_id=self.id, user=self.spec.user, name=self.spec.name) if pattern else ""
+        )
+
+
+def advance(job: Job, state: JobState, now: float, **changes: object) -> Job:
+    """The job in its new state; raises TransitionError for a move the life cycle does not allow."""
+    if state not in _ALLOWED.get(job.state, frozenset()):
+        raise TransitionError(f"job {job.id}: {job.state} -> {state} is not allowed")
+    if state is JobState.STARTING:
+        changes.setdefault("start_time", now)
+    if state.terminal:
+        changes.setdefault("end_time", now)
+    return dataclasses.replace(job, state=state, **changes)  # type: ignore[arg-type]
+
+
+def outcome(exits: list[RankExit]) -> tuple[JobState, int, str]:
+    """State, exit code and reason of a job whose ranks all ended by themselves.
+
+    The first failure in time order names the job's exit code, as mpiexec reports the first rank to fail.
+    """
+    for exit_ in exits:
+        if exit_.failed:
+            return JobState.FAILED, exit_.status, exit_.describe()
+    return JobState.COMPLETED, 0, ""
+
+
+def expand_path(
+    pattern: str, *, job_id: int, user: str, name: str, rank: int | None = None, node: str | None = None
+) -> str:
+    """Slurm-style output file names: %j job id, %t rank, %N node, %u user, %x job name, %% a percent sign.
+
+    Without a rank or node, %t and %N stay as they are (for showing a job's output pattern).
+    """
+    values = {"j": str(job_id), "u": user, "x": name, "%": "%"}
+    if rank is not None:
+        values["t"] = str(rank)
+    if node is not None:
+        values["N"] = node
+    out = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "%" and i + 1 < len(pattern) and pattern[i + 1] in values:
+            out.append(values[pattern[i + 1]])
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)

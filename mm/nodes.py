@@ -1,0 +1,94 @@
+"""Which node managers exist, which are alive, and how to reach them.
+
+A node is UP while its NM keeps reporting; after ``timeout`` seconds of silence it is DOWN. A node loaded
+from the store after an MM restart keeps its last state but is not *confirmed* until its NM registers with
+this MM: no new job is placed on an unconfirmed node, and one that never comes back times out as usual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storm.mm.store import NodeRecord
+
+UP = "UP"
+DOWN = "DOWN"
+
+
+@dataclass
+class Node:
+    name: str
+    pes: int
+    state: str
+    last_seen: float
+    address: str = ""
+    reason: str = ""
+    nm_epoch: str = ""
+    confirmed: bool = False
+
+    def record(self) -> NodeRecord:
+        return NodeRecord(
+            name=self.name,
+            pes=self.pes,
+            state=self.state,
+            reason=self.reason,
+            address=self.address,
+            last_seen=self.last_seen,
+        )
+
+
+class NodeRegistry:
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._nodes: dict[str, Node] = {}
+
+    def load(self, records: list[NodeRecord], now: float) -> None:
+        """Nodes known before a restart: each gets a fresh timeout to come back."""
+        for r in records:
+            self._nodes[r.name] = Node(
+                name=r.name, pes=r.pes, state=r.state, last_seen=now, address=r.address, reason=r.reason
+            )
+
+    def register(self, name: str, pes: int, nm_epoch: str, address: str, now: float) -> tuple[Node, bool]:
+        """Record a registration; the flag says whether the NM is a different process than before."""
+        node = self._nodes.get(name)
+        restarted = node is None or node.nm_epoch != nm_epoch
+        if node is None:
+            node = Node(name=name, pes=pes, state=UP, last_seen=now)
+            self._nodes[name] = node
+        node.pes = pes
+        node.state = UP
+        node.reason = ""
+        node.address = address
+        node.nm_epoch = nm_epoch
+        node.last_seen = now
+        node.confirmed = True
+        return node, restarted
+
+    def seen(self, name: str, nm_epoch: str, now: float) -> bool:
+        """A status report arrived; False when the sender must register again first."""
+        node = self._nodes.get(name)
+        if node is None or not node.confirmed or node.state != UP or node.nm_epoch != nm_epoch:
+            return False
+        node.last_seen = now
+        return True
+
+    def expire(self, now: float) -> list[Node]:
+        """Mark DOWN every UP node silent for longer than the timeout; return them."""
+        gone = []
+        for node in self._nodes.values():
+            if node.state == UP and now - node.last_seen > self.timeout:
+                node.state = DOWN
+                node.confirmed = False
+                node.reason = f"no report for {now - node.last_seen:.1f} s"
+                gone.append(node)
+        return gone
+
+    def get(self, name: str) -> Node | None:
+        return self._nodes.get(name)
+
+    def all(self) -> list[Node]:
+        return list(self._nodes.values())
+
+    def usable(self) -> set[str]:
+        return {n.name for n in self._nodes.values() if n.state == UP and n.confirmed}

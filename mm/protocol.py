@@ -1,0 +1,601 @@
+"""Every message storm's programs exchange, in one place.
+
+Transport: ZeroMQ frames, each message one msgpack map ``{"op": <name>, <field>: <value>, ...}``.
+
+Links and who speaks on them:
+
+- client (``storm`` CLI, benchmarks) -> storm-mm: DEALER -> ROUTER on a local ``ipc://`` endpoint; the MM
+  learns the client's uid from the kernel (SO_PEERCRED), never from the message. Requests carry ``req``,
+  which the reply echoes. Any request may be answered with ``error``.
+- storm-nm <-> storm-mm: DEALER -> ROUTER over TCP. Node reports that must not be lost (``job_launched``,
+  ``job_node_done``) are re-sent until the MM acknowledges them, so every handler is idempotent.
+- job shell <-> storm-nm: DEALER -> ROUTER on an ``ipc://`` endpoint in the NM's run directory. The shell is
+  the per-job, per-node process that spawns the ranks and serves their PMI wire-up (see nm/shell.py).
+
+Decoding validates everything: the op must be known, each field must have its declared type (``bool`` is not
+an ``int``, lists become tuples), the size must be under the link's limit, and each message's own
+``__post_init__`` rejects impossible values. Fields a message does not declare are ignored, so that a newer
+peer can add fields without breaking an older one. Any failure raises :class:`ProtocolError`, never anything
+else, so a daemon can answer with ``error`` and carry on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar, Union
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+# A client request (a submit with the user's environment) is a few KiB; 1 MiB leaves room and bounds memory.
+MAX_CLIENT_MESSAGE = 1 << 20
+# PMI barriers carry every rank's network address (about 2 KiB per rank with UCX): allow big jobs.
+MAX_NODE_MESSAGE = 64 << 20
+
+JOB_STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+NODE_STATES = ("UP", "DOWN")
+
+
+class ProtocolError(ValueError):
+    """A message that cannot be accepted: malformed, oversized, unknown or impossible."""
+
+
+def _check(condition: bool, text: str) -> None:
+    if not condition:
+        raise ProtocolError(text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """Base of every message; ``op`` is its stable name on the wire."""
+
+    op: ClassVar[str] = ""
+
+
+_REGISTRY: dict[str, type[Message]] = {}
+M = TypeVar("M", bound=type[Message])
+
+
+def message(op: str) -> Callable[[M], M]:
+    """Register a message class under its wire name."""
+
+    def register(cls: M) -> M:
+        if op in _REGISTRY:
+            raise TypeError(f"op {op!r} registered twice")
+        cls.op = op
+        _REGISTRY[op] = cls
+        return cls
+
+    return register
+
+
+def registered_ops() -> dict[str, type[Message]]:
+    return dict(_REGISTRY)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Shared records (nested inside messages; encoded as maps without an op)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankExit:
+    """How one rank ended: an exit code, or the signal that killed it, or why it never started."""
+
+    rank: int
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str = ""
+
+    def __post_init__(self) -> None:
+        _check(self.rank >= 0, "rank must be >= 0")
+        _check(self.exit_code is None or 0 <= self.exit_code <= 255, "exit_code must be 0..255")
+        _check(self.signal is None or 0 < self.signal < 128, "signal must be 1..127")
+
+    @property
+    def status(self) -> int:
+        """Shell-style status: 128 + signal, 127 if it never started, 1 for a clean exit that was an error
+        (such as leaving MPI without MPI_Finalize), else the exit code."""
+        if self.signal is not None:
+            return 128 + self.signal
+        if self.exit_code is None:
+            return 127
+        if self.exit_code == 0 and self.error:
+            return 1
+        return self.exit_code
+
+    @property
+    def failed(self) -> bool:
+        return self.status != 0
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            text = f"rank {self.rank} killed by signal {self.signal}"
+        elif self.exit_code is not None:
+            text = f"rank {self.rank} exited with code {self.exit_code}"
+        else:
+            text = f"rank {self.rank} did not start"
+        return f"{text}: {self.error}" if self.error else text
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankSlot:
+    """One rank of a job and the processing element (PE) it is pinned to on its node."""
+
+    rank: int
+    pe: int
+
+    def __post_init__(self) -> None:
+        _check(self.rank >= 0 and self.pe >= 0, "rank and pe must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobInfo:
+    """A job as clients see it (``storm queue --json``, ``storm show --json``)."""
+
+    id: int
+    name: str
+    user: str
+    uid: int
+    state: str
+    ranks: int
+    nodes: tuple[str, ...]
+    submit_time: float
+    start_time: float | None
+    end_time: float | None
+    exit_code: int | None
+    reason: str
+    time_limit: float | None
+    argv: tuple[str, ...]
+    cwd: str
+    output: str
+    error: str
+
+    def __post_init__(self) -> None:
+        _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeInfo:
+    name: str
+    state: str
+    pes: int
+    pes_used: int
+    address: str
+    last_seen: float
+    reason: str
+    jobs: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _check(self.state in NODE_STATES, f"unknown node state {self.state!r}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Client <-> MM
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request(Message):
+    req: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply(Message):
+    req: int = 0
+
+
+@message("error")
+@dataclass(frozen=True, kw_only=True)
+class Error(Reply):
+    """The answer to anything that could not be done; ``code`` is a stable machine-readable word."""
+
+    code: str
+    text: str
+
+
+@message("submit_job")
+@dataclass(frozen=True, kw_only=True)
+class SubmitJob(Request):
+    """Ask for ``ranks`` processes of ``argv``. The MM fills in who submitted it from the socket."""
+
+    ranks: int
+    argv: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    name: str = ""
+    time_limit: float | None = None
+    output: str = ""
+    error: str = ""
+
+    def __post_init__(self) -> None:
+        _check(self.ranks >= 1, "ranks must be at least 1")
+        _check(len(self.argv) >= 1 and self.argv[0] != "", "a command is required")
+        _check(self.cwd.startswith("/"), "cwd must be an absolute path")
+        _check(self.time_limit is None or self.time_limit > 0, "time_limit must be positive")
+        _check(len(self.name) <= 256, "name longer than 256 characters")
+
+
+@message("job_submitted")
+@dataclass(frozen=True, kw_only=True)
+class JobSubmitted(Reply):
+    job_id: int
+
+
+@message("list_jobs")
+@dataclass(frozen=True, kw_only=True)
+class ListJobs(Request):
+    """Jobs by id, or else the active ones (and the finished ones too with ``all``)."""
+
+    job_ids: tuple[int, ...] = ()
+    all: bool = False
+
+
+@message("job_list")
+@dataclass(frozen=True, kw_only=True)
+class JobList(Reply):
+    jobs: tuple[JobInfo, ...]
+
+
+@message("cancel_jobs")
+@dataclass(frozen=True, kw_only=True)
+class CancelJobs(Request):
+    job_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _check(len(self.job_ids) >= 1, "no job ids given")
+
+
+@message("cancel_result")
+@dataclass(frozen=True, kw_only=True)
+class CancelResult(Reply):
+    """Per job id: ``cancelled``, ``cancelling`` (its ranks are being stopped), or why not."""
+
+    results: dict[str, str]
+
+
+@message("wait_job")
+@dataclass(frozen=True, kw_only=True)
+class WaitJob(Request):
+    """Answered with ``job_list`` (one job) once the job has ended."""
+
+    job_id: int
+
+
+@message("list_nodes")
+@dataclass(frozen=True, kw_only=True)
+class ListNodes(Request):
+    pass
+
+
+@message("node_list")
+@dataclass(frozen=True, kw_only=True)
+class NodeList(Reply):
+    nodes: tuple[NodeInfo, ...]
+
+
+# --------------------------------------------------------------------------------------------------------
+# NM <-> MM
+
+
+@message("register_node")
+@dataclass(frozen=True, kw_only=True)
+class RegisterNode(Message):
+    """Sent when an NM starts and whenever the MM it talks to has changed (a restart).
+
+    ``jobs`` lists the jobs with ranks alive on this node, so that a restarted MM keeps tracking them.
+    """
+
+    node: str
+    pes: int
+    nm_epoch: str
+    address: str = ""
+    version: int = PROTOCOL_VERSION
+    jobs: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(1 <= len(self.node) <= 64, "node name must be 1..64 characters")
+        _check(1 <= self.pes <= 4096, "pes must be 1..4096")
+
+
+@message("node_registered")
+@dataclass(frozen=True, kw_only=True)
+class NodeRegistered(Message):
+    node: str
+    mm_epoch: str
+    # How often the NM must send node_status; the MM derives it from its node timeout.
+    report_interval: float
+    # Jobs the node listed that the MM has already ended or never knew: the NM must stop their ranks.
+    stale_jobs: tuple[int, ...] = ()
+
+
+@message("node_status")
+@dataclass(frozen=True, kw_only=True)
+class NodeStatus(Message):
+    """The NM's periodic report; its arrival is what keeps the node UP."""
+
+    node: str
+    nm_epoch: str
+    mm_epoch: str
+    jobs: tuple[int, ...] = ()
+
+
+@message("reregister")
+@dataclass(frozen=True, kw_only=True)
+class Reregister(Message):
+    """The MM does not know this NM (it restarted, or declared the node DOWN): register again."""
+
+    reason: str
+
+
+@message("launch_job")
+@dataclass(frozen=True, kw_only=True)
+class LaunchJob(Message):
+    """Start this node's ranks of a job.
+
+    Ranks are block-distributed: node i of the job holds ``ranks_per_node[i]`` consecutive ranks, and this
+    node is number ``node_index``. That is what MPI's wire-up needs to know which ranks share a node.
+    """
+
+    job_id: int
+    name: str
+    kvsname: str
+    size: int
+    node_index: int
+    ranks_per_node: tuple[int, ...]
+    slots: tuple[RankSlot, ...]
+    argv: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    uid: int
+    gid: int
+    user: str
+    output: str
+    error: str
+
+    def __post_init__(self) -> None:
+        _check(self.size >= 1 and len(self.slots) >= 1, "a launch needs at least one rank")
+        _check(all(0 <= s.rank < self.size for s in self.slots), "rank outside the job")
+        _check(len(self.argv) >= 1, "a command is required")
+        _check(0 <= self.node_index < len(self.ranks_per_node), "node_index outside the job")
+        _check(sum(self.ranks_per_node) == self.size, "ranks_per_node does not add up to size")
+        _check(self.ranks_per_node[self.node_index] == len(self.slots), "slots do not match ranks_per_node")
+
+
+@message("kill_job")
+@dataclass(frozen=True, kw_only=True)
+class KillJob(Message):
+    job_id: int
+    reason: str
+
+
+@message("job_launched")
+@dataclass(frozen=True, kw_only=True)
+class JobLaunched(Message):
+    """All of this node's ranks of the job exist (processes spawned; MPI wire-up may still be under way)."""
+
+    job_id: int
+    node: str
+    pids: dict[str, int]
+
+
+@message("job_node_done")
+@dataclass(frozen=True, kw_only=True)
+class JobNodeDone(Message):
+    """Every rank of the job on this node has ended. Re-sent until acknowledged."""
+
+    job_id: int
+    node: str
+    exits: tuple[RankExit, ...]
+
+
+@message("rank_failed")
+@dataclass(frozen=True, kw_only=True)
+class RankFailed(Message):
+    """Sent as soon as one rank fails, so the MM can stop the job everywhere without waiting for the rest."""
+
+    job_id: int
+    node: str
+    exit: RankExit
+
+
+@message("ack")
+@dataclass(frozen=True, kw_only=True)
+class Ack(Message):
+    """The MM has durably recorded a node report; ``what`` is the acknowledged op."""
+
+    job_id: int
+    what: str
+
+
+@message("pmi_barrier_in")
+@dataclass(frozen=True, kw_only=True)
+class PmiBarrierIn(Message):
+    """Every local rank of a job entered PMI barrier ``seq``; ``kvs`` is what they put since the last one."""
+
+    job_id: int
+    node: str
+    seq: int
+    kvs: dict[str, str]
+
+
+@message("pmi_barrier_out")
+@dataclass(frozen=True, kw_only=True)
+class PmiBarrierOut(Message):
+    """All nodes reached barrier ``seq``; ``kvs`` is everything any node put since the previous barrier."""
+
+    job_id: int
+    seq: int
+    kvs: dict[str, str]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Job shell <-> NM
+
+
+@message("shell_hello")
+@dataclass(frozen=True, kw_only=True)
+class ShellHello(Message):
+    job_id: int
+    pid: int
+
+
+@message("ranks_started")
+@dataclass(frozen=True, kw_only=True)
+class RanksStarted(Message):
+    job_id: int
+    pids: dict[str, int]
+
+
+@message("rank_aborted")
+@dataclass(frozen=True, kw_only=True)
+class RankAborted(Message):
+    """A rank called MPI_Abort. MPICH does not exit after it: the job must be stopped from outside."""
+
+    job_id: int
+    exit: RankExit
+
+
+@message("rank_exited")
+@dataclass(frozen=True, kw_only=True)
+class RankExited(Message):
+    job_id: int
+    exit: RankExit
+
+
+@message("shell_done")
+@dataclass(frozen=True, kw_only=True)
+class ShellDone(Message):
+    job_id: int
+    exits: tuple[RankExit, ...]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Encoding and validated decoding
+
+
+def _to_wire(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_to_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_wire(v) for k, v in value.items()}
+    return value
+
+
+def encode(msg: Message) -> bytes:
+    body = _to_wire(msg)
+    body["op"] = msg.op
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return packed
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls)
+        _HINTS[cls] = hints
+    return hints
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(value, option, where)
+            except ProtocolError as exc:
+                errors.append(str(exc))
+        raise ProtocolError("; ".join(errors))
+    if hint is int:
+        _check(type(value) is int, f"{where}: expected an integer, got {type(value).__name__}")
+        _check(-(2**63) <= value < 2**63, f"{where}: integer out of range")
+        return value
+    if hint is float:
+        _check(type(value) in (int, float), f"{where}: expected a number, got {type(value).__name__}")
+        _check(math.isfinite(value), f"{where}: not a finite number")
+        return float(value)
+    if hint is bool:
+        _check(type(value) is bool, f"{where}: expected true or false, got {type(value).__name__}")
+        return value
+    if hint is str:
+        _check(type(value) is str, f"{where}: expected a string, got {type(value).__name__}")
+        return value
+    if hint is bytes:
+        _check(type(value) is bytes, f"{where}: expected bytes, got {type(value).__name__}")
+        return value
+    if origin is tuple:
+        _check(type(value) in (list, tuple), f"{where}: expected a list, got {type(value).__name__}")
+        (item,) = (a for a in typing.get_args(hint) if a is not Ellipsis)
+        return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        _check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
+        key_hint, value_hint = typing.get_args(hint)
+        return {
+            _convert(k, key_hint, f"{where} key"): _convert(v, value_hint, f"{where}[{k!r}]")
+            for k, v in value.items()
+        }
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    raise TypeError(f"{where}: unsupported field type {hint!r}")  # a bug in this module, not bad input
+
+
+def _build(cls: type, value: Any, where: str) -> Any:
+    _check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in value:
+            kwargs[f.name] = _convert(value[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ProtocolError(f"{where}: missing field {f.name!r}")
+    try:
+        return cls(**kwargs)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{where}: {exc}") from None
+
+
+def decode(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> Message:
+    """Decode and validate one message; raise ProtocolError for anything that is not a valid message."""
+    _check(len(data) <= max_bytes, f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises several types for bad input; all mean the same here
+        raise ProtocolError(f"not a msgpack message: {exc.__class__.__name__}") from None
+    _check(type(body) is dict, "a message must be a msgpack map")
+    op = body.get("op")
+    _check(type(op) is str, "a message needs a string 'op'")
+    cls = _REGISTRY.get(op)
+    _check(cls is not None, f"unknown op {op!r}")
+    assert cls is not None
+    built: Message = _build(cls, body, op)
+    return built
+
+
+def error_for(request: Message | None, code: str, text: str) -> Error:
+    """An error reply that echoes the request's ``req`` when there is one."""
+    req = request.req if isinstance(request, Request) else 0
+    return Error(req=req, code=code, text=text)
+
+
+def peek_req(data: bytes) -> int:
+    """The ``req`` of a message that failed to decode, if it can be found, so the error reaches its waiter."""
+    try:
+        body = msgpack.unpackb(data, raw=False)
+    except Exception:
+        return 0
+    req = body.get("req") if type(body) is dict else None
+    return req if type(req) is int and 0 <= req < 2**63 else 0

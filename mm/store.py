@@ -1,0 +1,224 @@
+"""The MM's durable state: one SQLite file in WAL mode.
+
+Every job transition is committed (with ``synchronous=FULL`` by default, so it also survives a power loss)
+before anyone is told about it. The MM holds unfinished jobs in memory and reads finished ones from here.
+Node records survive restarts so that a restarted MM knows which nodes to wait for.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+
+from storm.mm.jobs import Job, JobSpec, JobState
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    state TEXT NOT NULL,
+    spec BLOB NOT NULL,
+    submit_time REAL NOT NULL,
+    start_time REAL,
+    end_time REAL,
+    exit_code INTEGER,
+    reason TEXT NOT NULL DEFAULT '',
+    placement BLOB NOT NULL,
+    row INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
+    WHERE state IN ('PENDING', 'STARTING', 'RUNNING');
+CREATE TABLE IF NOT EXISTS nodes (
+    name TEXT PRIMARY KEY,
+    pes INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    address TEXT NOT NULL DEFAULT '',
+    last_seen REAL NOT NULL
+);
+"""
+
+_JOB_COLUMNS = "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row"
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeRecord:
+    name: str
+    pes: int
+    state: str
+    reason: str
+    address: str
+    last_seen: float
+
+
+def _pack_spec(spec: JobSpec) -> bytes:
+    packed: bytes = msgpack.packb(
+        {
+            "name": spec.name,
+            "uid": spec.uid,
+            "gid": spec.gid,
+            "user": spec.user,
+            "ranks": spec.ranks,
+            "argv": list(spec.argv),
+            "cwd": spec.cwd,
+            "env": spec.env,
+            "time_limit": spec.time_limit,
+            "output": spec.output,
+            "error": spec.error,
+        }
+    )
+    return packed
+
+
+def _unpack_spec(blob: bytes) -> JobSpec:
+    d = msgpack.unpackb(blob)
+    d["argv"] = tuple(d["argv"])
+    return JobSpec(**d)
+
+
+def _row_to_job(row: tuple[object, ...]) -> Job:
+    (job_id, state, spec, submit, start, end, code, reason, placement, mrow) = row
+    assert isinstance(spec, bytes) and isinstance(placement, bytes)
+    return Job(
+        id=int(job_id),  # type: ignore[call-overload]
+        spec=_unpack_spec(spec),
+        state=JobState(str(state)),
+        submit_time=float(submit),  # type: ignore[arg-type]
+        start_time=None if start is None else float(start),  # type: ignore[arg-type]
+        end_time=None if end is None else float(end),  # type: ignore[arg-type]
+        exit_code=None if code is None else int(code),  # type: ignore[call-overload]
+        reason=str(reason),
+        placement=tuple((str(n), int(p)) for n, p in msgpack.unpackb(placement)),
+        row=None if mrow is None else int(mrow),  # type: ignore[call-overload]
+    )
+
+
+class Store:
+    def __init__(self, path: Path, synchronous: str = "FULL") -> None:
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise StoreError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        # Autocommit mode: transactions are explicit (see `transaction`), so a commit is never implicit.
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._depth = 0
+        self._db.executescript(_SCHEMA)
+        version = self.get_meta("schema_version")
+        if version is None:
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
+        elif int(version) != SCHEMA_VERSION:
+            raise StoreError(f"{path}: schema version {version}, this storm-mm reads {SCHEMA_VERSION}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group several writes into one durable commit (nested uses join the outer one)."""
+        depth = self._depth
+        if depth == 0:
+            self._db.execute("BEGIN IMMEDIATE")
+        self._depth = depth + 1
+        try:
+            yield
+        except BaseException:
+            self._depth = depth
+            if depth == 0:
+                self._db.execute("ROLLBACK")
+            raise
+        self._depth = depth
+        if depth == 0:
+            self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- meta
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction():
+            self._db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    # -- jobs
+
+    def add_job(self, spec: JobSpec, now: float) -> Job:
+        with self.transaction():
+            cur = self._db.execute(
+                "INSERT INTO jobs (state, spec, submit_time, placement) VALUES (?, ?, ?, ?)",
+                (JobState.PENDING.value, _pack_spec(spec), now, msgpack.packb([])),
+            )
+        job_id = cur.lastrowid
+        assert job_id is not None
+        return Job(id=job_id, spec=spec, state=JobState.PENDING, submit_time=now)
+
+    def save_job(self, job: Job) -> None:
+        with self.transaction():
+            cur = self._db.execute(
+                "UPDATE jobs SET state = ?, start_time = ?, end_time = ?, exit_code = ?, reason = ?, "
+                "placement = ?, row = ? WHERE id = ?",
+                (
+                    job.state.value,
+                    job.start_time,
+                    job.end_time,
+                    job.exit_code,
+                    job.reason,
+                    msgpack.packb([list(p) for p in job.placement]),
+                    job.row,
+                    job.id,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise StoreError(f"job {job.id} is not in the store")
+
+    def get_job(self, job_id: int) -> Job | None:
+        query = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?"  # noqa: S608 (constant column list)
+        row = self._db.execute(query, (job_id,)).fetchone()
+        return None if row is None else _row_to_job(row)
+
+    def jobs(self, job_ids: Iterable[int] | None = None, *, active_only: bool = False) -> list[Job]:
+        if job_ids is not None:
+            found = (self.get_job(i) for i in job_ids)
+            return [j for j in found if j is not None]
+        where = " WHERE state IN ('PENDING', 'STARTING', 'RUNNING')" if active_only else ""
+        query = f"SELECT {_JOB_COLUMNS} FROM jobs{where} ORDER BY id"  # noqa: S608 (constants only)
+        rows = self._db.execute(query).fetchall()
+        return [_row_to_job(r) for r in rows]
+
+    # -- nodes
+
+    def save_node(self, node: NodeRecord) -> None:
+        with self.transaction():
+            self._db.execute(
+                "INSERT INTO nodes (name, pes, state, reason, address, last_seen) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET pes = excluded.pes, state = excluded.state, "
+                "reason = excluded.reason, address = excluded.address, last_seen = excluded.last_seen",
+                (node.name, node.pes, node.state, node.reason, node.address, node.last_seen),
+            )
+
+    def nodes(self) -> list[NodeRecord]:
+        rows = self._db.execute(
+            "SELECT name, pes, state, reason, address, last_seen FROM nodes ORDER BY name"
+        ).fetchall()
+        return [
+            NodeRecord(name=r[0], pes=r[1], state=r[2], reason=r[3], address=r[4], last_seen=r[5])
+            for r in rows
+        ]

@@ -1,0 +1,1 @@
+"""mpihook: the monitoring layer loaded into every MPI rank."""

@@ -1,0 +1,1 @@
+"""storm-nm: the node manager (job shells, PMI, local scheduling)."""

@@ -1,0 +1,419 @@
+"""storm-nm: launches and stops the local ranks of jobs, and reports them to storm-mm.
+
+Per job on this node the NM starts one job shell (nm/shell.py) as the job's user; the shell spawns the ranks
+and serves PMI, and reports to the NM over an ipc:// ROUTER whose peers are authenticated by pid. The NM
+relays to the MM (DEALER, routing id = node name): launches, rank failures, cross-node PMI barriers and the
+final exits of the node's ranks, which it re-sends until the MM acknowledges them.
+
+Stopping a job: SIGCONT + SIGTERM to every rank's process group, then after ``kill_grace`` SIGKILL to every
+process still in the job shell's session (which catches children the ranks forked). When the ranks are gone
+the job's shared-memory leftovers are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import pwd
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from storm.mm import protocol as p
+from storm.mm.config import StormConfig
+from storm.mm.daemon import bind, peer_credentials
+from storm.nm.pmi import mpich_shm_names
+from storm.nm.processes import LinuxProcesses, Processes, describe_status
+from storm.nm.shell import EXITS_FILE, LAUNCH_FILE
+
+log = logging.getLogger("storm.nm")
+
+REGISTER_RETRY_SECONDS = 1.0
+STOP_WAIT_SECONDS = 5.0
+
+
+@dataclass
+class LocalJob:
+    launch: p.LaunchJob
+    dir: Path
+    shell_pid: int = 0
+    shell_pidfd: int = -1
+    pids: dict[int, int] = field(default_factory=dict)
+    exits: dict[int, p.RankExit] = field(default_factory=dict)
+    killing: bool = False
+    done: p.JobNodeDone | None = None
+
+    @property
+    def identity(self) -> bytes:
+        return f"job-{self.launch.job_id}".encode()
+
+
+class NodeManager:
+    def __init__(self, config: StormConfig, processes: Processes | None = None) -> None:
+        self.config = config
+        self.name = config.node_name()
+        self.cpus = config.node_cpus()
+        self.os: Processes = processes or LinuxProcesses()
+        self.run_dir = Path(config.nm.run_dir)
+        (self.run_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        self._lock = self._take_lock()
+        self.epoch = uuid.uuid4().hex
+        self.mm_epoch = ""
+        self.report_interval = 1.0
+        self.jobs: dict[int, LocalJob] = {}
+        self.registered = asyncio.Event()
+        self.wake_reporter = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.ctx = zmq.asyncio.Context()
+        self.mm = self.ctx.socket(zmq.DEALER)
+        self.mm.setsockopt(zmq.ROUTING_ID, self.name.encode())
+        self.mm.setsockopt(zmq.LINGER, 1000)
+        self.mm.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
+        self.shells = self.ctx.socket(zmq.ROUTER)
+        self.shells.setsockopt(zmq.LINGER, 0)
+        self.shells.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
+        self.shells_endpoint = ""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _take_lock(self) -> int:
+        fd = os.open(self.run_dir / "nm.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SystemExit(
+                f"storm-nm: another storm-nm is running with run directory {self.run_dir}"
+            ) from None
+        return fd
+
+    # ---------------------------------------------------------------------------------------------- main
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        self.shells_endpoint = bind(self.shells, f"ipc://{self.run_dir / 'shells.sock'}")
+        # Job shells run as their job's user and must reach the NM; their pids authenticate them.
+        os.chmod(self.run_dir / "shells.sock", 0o666)  # noqa: S103
+        os.chmod(self.run_dir, 0o755)  # noqa: S103
+        self.mm.connect(self.config.nm.mm)
+        info = {"pid": os.getpid(), "node": self.name, "mm": self.config.nm.mm, "cpus": self.cpus}
+        (self.run_dir / "nm.json").write_text(json.dumps(info) + "\n")
+        log.info(
+            "storm-nm %s: %d PEs on CPUs %s, MM at %s",
+            self.name,
+            len(self.cpus),
+            self.cpus,
+            self.config.nm.mm,
+        )
+        tasks = [
+            asyncio.create_task(self._from_mm()),
+            asyncio.create_task(self._from_shells()),
+            asyncio.create_task(self._reporter()),
+        ]
+        await self.stopping.wait()
+        await self._shutdown()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        (self.run_dir / "nm.json").unlink(missing_ok=True)
+        self.shells.close()
+        self.mm.close()
+        self.ctx.term()
+        os.close(self._lock)
+
+    async def _shutdown(self) -> None:
+        """Stop every job of this node and tell the MM, so nothing outlives the NM unseen."""
+        active = [j for j in self.jobs.values() if j.done is None]
+        if active:
+            log.info("stopping %d job(s) before exiting", len(active))
+        for job in active:
+            self.kill(job, "storm-nm is shutting down")
+        deadline = time.monotonic() + self.config.nm.kill_grace + STOP_WAIT_SECONDS
+        while any(j.done is None for j in self.jobs.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for job in self.jobs.values():
+            if job.done is None:
+                self._shell_gone(job, "storm-nm stopped before the job shell finished")
+            assert job.done is not None
+            await self._to_mm(job.done)
+
+    async def _to_mm(self, msg: p.Message) -> None:
+        await self.mm.send(p.encode(msg))
+
+    async def _reporter(self) -> None:
+        """Register until the MM answers, then report status and re-send unacknowledged exits."""
+        while True:
+            self.wake_reporter.clear()
+            if not self.registered.is_set():
+                await self._to_mm(
+                    p.RegisterNode(
+                        node=self.name,
+                        pes=len(self.cpus),
+                        nm_epoch=self.epoch,
+                        address=socket.gethostname(),
+                        jobs=tuple(self.jobs),
+                    )
+                )
+                interval = REGISTER_RETRY_SECONDS
+            else:
+                await self._to_mm(
+                    p.NodeStatus(
+                        node=self.name, nm_epoch=self.epoch, mm_epoch=self.mm_epoch, jobs=tuple(self.jobs)
+                    )
+                )
+                for job in list(self.jobs.values()):
+                    if job.done is not None:
+                        await self._to_mm(job.done)
+                interval = self.report_interval
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake_reporter.wait(), interval)
+
+    # ---------------------------------------------------------------------------------------------- MM
+
+    async def _from_mm(self) -> None:
+        while True:
+            data = await self.mm.recv()
+            try:
+                msg = p.decode(data, p.MAX_NODE_MESSAGE)
+            except p.ProtocolError as exc:
+                log.warning("bad message from the MM: %s", exc)
+                continue
+            try:
+                await self._mm_message(msg)
+            except Exception:
+                log.exception("error while handling %s from the MM; carrying on", msg.op)
+
+    async def _mm_message(self, msg: p.Message) -> None:
+        match msg:
+            case p.NodeRegistered():
+                first = not self.mm_epoch
+                self.mm_epoch = msg.mm_epoch
+                self.report_interval = msg.report_interval
+                self.registered.set()
+                log.info("registered with storm-mm %s%s", msg.mm_epoch[:8], "" if first else " (again)")
+                for job_id in msg.stale_jobs:
+                    job = self.jobs.get(job_id)
+                    if job is not None:
+                        self.kill(job, "the MM has ended this job")
+            case p.Reregister():
+                log.info("storm-mm asks to register again: %s", msg.reason)
+                self.registered.clear()
+                self.wake_reporter.set()
+            case p.LaunchJob():
+                self.launch(msg)
+            case p.KillJob():
+                job = self.jobs.get(msg.job_id)
+                if job is None:
+                    await self._to_mm(p.JobNodeDone(job_id=msg.job_id, node=self.name, exits=()))
+                elif job.done is not None:
+                    await self._to_mm(job.done)
+                else:
+                    self.kill(job, msg.reason)
+            case p.PmiBarrierOut():
+                job = self.jobs.get(msg.job_id)
+                if job is not None and job.done is None:
+                    await self.shells.send_multipart([job.identity, p.encode(msg)])
+            case p.Ack():
+                job = self.jobs.get(msg.job_id)
+                if job is not None and job.done is not None and msg.what == p.JobNodeDone.op:
+                    self._forget(job)
+            case p.Error():
+                log.warning("storm-mm reported an error: %s: %s", msg.code, msg.text)
+            case _:
+                log.warning("unexpected %s from the MM", msg.op)
+
+    # ---------------------------------------------------------------------------------------------- launch
+
+    def launch(self, msg: p.LaunchJob) -> None:
+        if msg.job_id in self.jobs:
+            return  # a repeated launch: the first one is under way
+        job = LocalJob(launch=msg, dir=self.run_dir / "jobs" / str(msg.job_id))
+        self.jobs[msg.job_id] = job
+        try:
+            self._start_shell(job)
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("job %d: launch failed: %s", msg.job_id, exc)
+            text = f"launch failed on {self.name}: {exc}"
+            self._finish(job, tuple(p.RankExit(rank=s.rank, error=text) for s in msg.slots))
+            return
+        log.info("job %d: shell %d starting ranks %s", msg.job_id, job.shell_pid, [s.rank for s in msg.slots])
+
+    def _start_shell(self, job: LocalJob) -> None:
+        msg = job.launch
+        bad = [s.pe for s in msg.slots if s.pe >= len(self.cpus)]
+        if bad:
+            raise ValueError(f"PE(s) {bad} do not exist on this node ({len(self.cpus)} PEs)")
+        try:
+            pwd.getpwuid(msg.uid)
+        except KeyError:
+            raise ValueError(f"uid {msg.uid} is unknown on this node") from None
+        job.dir.mkdir(mode=0o700, exist_ok=True)
+        (job.dir / LAUNCH_FILE).write_bytes(p.encode(msg))
+        for path in (job.dir, job.dir / LAUNCH_FILE):
+            os.chown(path, msg.uid, msg.gid)
+        argv = [
+            sys.executable, "-m", "storm.nm.shell",
+            "--endpoint", self.shells_endpoint,
+            "--node", self.name,
+            "--cpus", ",".join(map(str, self.cpus)),
+            str(job.dir),
+        ]  # fmt: skip
+        env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        job.shell_pid = self.os.spawn(
+            argv, env=env, cwd="/", uid=msg.uid, gid=msg.gid, log_path=job.dir / "shell.log"
+        )
+        job.shell_pidfd = self.os.pidfd(job.shell_pid)
+        asyncio.get_running_loop().add_reader(job.shell_pidfd, self._shell_exited, job)
+
+    # ---------------------------------------------------------------------------------------------- shells
+
+    async def _from_shells(self) -> None:
+        while True:
+            frames = await self.shells.recv_multipart(copy=False)
+            try:
+                await self._shell_message(frames)
+            except Exception:
+                log.exception("error while handling a job shell message; carrying on")
+
+    async def _shell_message(self, frames: list[zmq.Frame]) -> None:
+        if len(frames) != 2:
+            return
+        identity = frames[0].bytes
+        try:
+            msg = p.decode(frames[1].bytes, p.MAX_NODE_MESSAGE)
+        except p.ProtocolError as exc:
+            log.warning("bad message from a job shell: %s", exc)
+            return
+        job = self.jobs.get(getattr(msg, "job_id", -1))
+        caller = peer_credentials(frames[1])
+        if job is None or caller is None or caller.pid != job.shell_pid or identity != job.identity:
+            log.warning("dropped %s from an unknown job shell (%r)", msg.op, identity)
+            return
+        match msg:
+            case p.RanksStarted():
+                job.pids = {int(rank): pid for rank, pid in msg.pids.items()}
+                if job.killing:
+                    self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
+                await self._to_mm(p.JobLaunched(job_id=job.launch.job_id, node=self.name, pids=msg.pids))
+            case p.RankExited() | p.RankAborted():
+                if isinstance(msg, p.RankExited):
+                    job.exits[msg.exit.rank] = msg.exit
+                if msg.exit.failed and not job.killing:
+                    log.info("job %d: %s", job.launch.job_id, msg.exit.describe())
+                    await self._to_mm(p.RankFailed(job_id=job.launch.job_id, node=self.name, exit=msg.exit))
+                    self.kill(job, msg.exit.describe())
+            case p.PmiBarrierIn():
+                await self._to_mm(msg)
+            case p.ShellDone():
+                await self.shells.send_multipart([identity, p.encode(p.Ack(job_id=msg.job_id, what=msg.op))])
+                if job.done is None:
+                    self._finish(job, msg.exits)
+                    await self._to_mm(job.done)  # type: ignore[arg-type]
+            case p.ShellHello():
+                pass
+
+    def _shell_exited(self, job: LocalJob) -> None:
+        status = self.os.reap(job.shell_pid)
+        if status is None:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(job.shell_pidfd)
+        os.close(job.shell_pidfd)
+        job.shell_pidfd = -1
+        if job.done is None:
+            code, sig = describe_status(status)
+            self._shell_gone(job, f"job shell ended early (exit code {code}, signal {sig})")
+            assert job.done is not None
+            self._background(self._to_mm(job.done))
+
+    def _background(self, coroutine: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._tasks.discard)
+
+    def _shell_gone(self, job: LocalJob, why: str) -> None:
+        """The shell died before reporting: use its exits file if it wrote one, else fail what is missing."""
+        exits_file = job.dir / EXITS_FILE
+        with contextlib.suppress(OSError, p.ProtocolError):
+            saved = p.decode(exits_file.read_bytes(), p.MAX_NODE_MESSAGE)
+            if isinstance(saved, p.ShellDone):
+                job.exits.update((e.rank, e) for e in saved.exits)
+        self._signal_session(job, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            tail = (job.dir / "shell.log").read_bytes()[-2000:].decode(errors="replace").strip()
+            if tail:
+                log.warning("job %d: job shell log:\n%s", job.launch.job_id, tail)
+        exits = tuple(job.exits.get(s.rank) or p.RankExit(rank=s.rank, error=why) for s in job.launch.slots)
+        self._finish(job, exits)
+
+    # ---------------------------------------------------------------------------------------------- stop
+
+    def kill(self, job: LocalJob, reason: str) -> None:
+        if job.killing or job.done is not None:
+            return
+        job.killing = True
+        log.info("job %d: stopping its ranks (%s)", job.launch.job_id, reason)
+        self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
+        if job.shell_pid:
+            self.os.signal(job.shell_pid, signal.SIGTERM)
+        asyncio.get_running_loop().call_later(self.config.nm.kill_grace, self._escalate, job)
+
+    def _escalate(self, job: LocalJob) -> None:
+        if job.done is None:
+            log.info("job %d: ranks outlived the grace period, sending SIGKILL", job.launch.job_id)
+            self._signal_ranks(job, (signal.SIGKILL,))
+            self._signal_session(job, signal.SIGKILL, spare_shell=True)
+
+    def _signal_ranks(self, job: LocalJob, signals: tuple[int, ...]) -> None:
+        # Only ranks still running: the group of one that exited may be empty and its number reused.
+        for rank, pid in job.pids.items():
+            if rank not in job.exits:
+                for sig in signals:
+                    self.os.signal_group(pid, sig)
+
+    def _signal_session(self, job: LocalJob, sig: int, spare_shell: bool = False) -> None:
+        """Signal everything in the job shell's session: the ranks and anything they forked.
+
+        Safe against pid reuse: the kernel does not hand out a number while a session still uses it.
+        """
+        if not job.shell_pid:
+            return
+        for pid in self.os.session_members(job.shell_pid):
+            if not (spare_shell and pid == job.shell_pid):
+                self.os.signal(pid, sig)
+
+    def _finish(self, job: LocalJob, exits: tuple[p.RankExit, ...]) -> None:
+        """All ranks are gone: sweep what they left behind and prepare the report for the MM."""
+        self._signal_session(job, signal.SIGKILL, spare_shell=True)  # what the ranks left running
+        removed = self.os.remove_shm(mpich_shm_names(job.launch.kvsname, job.launch.node_index))
+        if removed:
+            log.info("job %d: removed shared memory left behind: %s", job.launch.job_id, ", ".join(removed))
+        job.done = p.JobNodeDone(job_id=job.launch.job_id, node=self.name, exits=exits)
+
+    def _forget(self, job: LocalJob) -> None:
+        del self.jobs[job.launch.job_id]
+        for name in (LAUNCH_FILE, EXITS_FILE, "shell.log"):
+            with contextlib.suppress(FileNotFoundError):
+                (job.dir / name).unlink()
+        with contextlib.suppress(OSError):
+            job.dir.rmdir()
+
+
+def serve(config: StormConfig) -> None:
+    async def main() -> None:
+        await NodeManager(config).run()
+
+    asyncio.run(main())

@@ -1,0 +1,357 @@
+"""The PMI-1 "simple" wire protocol, as MPICH's ranks speak it over the PMI_FD socket.
+
+Pure and synchronous: no sockets, no I/O. The job shell reads lines from each rank's socket, feeds
+them to :meth:`Wireup.handle` and writes the replies back; it forwards :class:`BarrierIn` to the MM
+and calls :meth:`Wireup.barrier_done` when the whole job has passed the barrier (a single-node job
+calls it itself, with ``BarrierIn.puts``).
+
+Wire format: one command a line, ``cmd=NAME key=value ...\\n``; a backslash escapes the next
+character of a value (MPICH's parser unescapes, so :func:`format_line` escapes spaces and
+backslashes). ``message=``/``msg=`` are free text: words after them that have no ``=`` belong to them
+(MPICH writes ``abort``'s message unescaped). PMI-1 cannot carry an empty value.
+
+Semantics of :class:`Wireup` (one job, one node):
+
+* KVS: a get sees everything merged by ``barrier_done`` plus every put made on this node (at once,
+  without waiting for a barrier); a later put or merge of a key overwrites it. ``PMI_process_mapping``
+  is served from the constructor. A missing key is ``cmd=get_result rc=-1``; MPICH takes that as
+  "absent" for its optional keys (``PMI_hwloc_xmlfile``, ``PMI_mpi_memory_alloc_kinds``).
+* Barriers are numbered 0, 1, 2, ... per job. Barrier ``seq`` is complete on this node when every local
+  rank that has not sent ``finalize`` is in it; ``handle`` then returns ``BarrierIn(seq, puts since
+  the previous barrier)`` once, and the ranks stay blocked until ``barrier_done(seq, kvs)``. A
+  ``barrier_in`` from a rank already in a barrier (or finalized) gets ``barrier_out rc=-1``.
+* ``finalize`` takes a rank out of later barriers. ``abort`` and a closed connection (``rank_gone``)
+  do not: a barrier keeps waiting for a rank that died, so its peers never get a partial KVS; the job
+  shell must end the job when a rank exits before finalize (its MPI peers would hang anyway).
+  Note that MPICH 5 does not exit after ``cmd=abort`` (it relies on the process manager to kill the
+  job), and sends ``cmd=finalize`` from an atexit hook, after MPI_Finalize's barrier.
+* Unsupported commands (spawn, publish_name, unpublish_name, lookup_name, ...) and bad lines get an
+  ``rc=-1`` reply with ``msg=``; client input never raises. Caller errors (a rank that is not local,
+  a barrier that is not pending) raise ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+MAX_LINE = 65536
+KVSNAME_MAX = 256
+KEYLEN_MAX = 64
+VALLEN_MAX = 1024
+
+_KEY_RE = re.compile(r"[A-Za-z0-9_./:-]+")
+_TOKEN_RE = re.compile(r"(?:\\.|[^ \\]|\\$)+")
+_UNESCAPE_RE = re.compile(r"\\(.)")
+_FREE_TEXT = frozenset({"message", "msg"})
+_RESPONSES = {  # query -> reply (PMI-1.1: see src/pmi/maint/pmi-1.1.txt in MPICH)
+    "init": "response_to_init",
+    "get_maxes": "maxes",
+    "get_appnum": "appnum",
+    "get_my_kvsname": "my_kvsname",
+    "get_universe_size": "universe_size",
+    "put": "put_result",
+    "get": "get_result",
+    "barrier_in": "barrier_out",
+    "finalize": "finalize_ack",
+    "publish_name": "publish_result",
+    "unpublish_name": "unpublish_result",
+    "lookup_name": "lookup_result",
+    "spawn": "spawn_result",
+    "initack": "initack",
+    "singinit": "singinit_info",
+}
+
+
+class PmiError(ValueError):
+    """A line that is not valid PMI-1."""
+
+
+def parse_line(line: str) -> dict[str, str]:
+    """Parse one ``cmd=...`` (or ``mcmd=...``) line into its fields, in order; values unescaped."""
+    if len(line) > MAX_LINE:
+        raise PmiError(f"line longer than {MAX_LINE} characters")
+    text = line[:-1] if line.endswith("\n") else line
+    if "\n" in text or "\0" in text:
+        raise PmiError("newline or NUL inside a line")
+    if not text.startswith(("cmd=", "mcmd=")):
+        raise PmiError("line does not start with cmd= or mcmd=")
+    fields: dict[str, str] = {}
+    last = ""
+    for token in _TOKEN_RE.findall(text):
+        key, eq, raw = token.partition("=")
+        if not eq:
+            if last in _FREE_TEXT:
+                fields[last] += " " + _UNESCAPE_RE.sub(r"\1", token)
+                continue
+            raise PmiError(f"token without '=': {token[:40]!r}")
+        if not _KEY_RE.fullmatch(key):
+            raise PmiError(f"bad key {key[:40]!r}")
+        if not raw:
+            raise PmiError(f"empty value for {key!r}")
+        if key in fields:
+            raise PmiError(f"duplicate key {key!r}")
+        fields[key] = _UNESCAPE_RE.sub(r"\1", raw)
+        last = key
+    return fields
+
+
+def format_line(fields: Mapping[str, str | int]) -> str:
+    """Build one line; the first field must be ``cmd`` (or ``mcmd``). Raises ValueError if invalid."""
+    parts = []
+    for i, (key, value) in enumerate(fields.items()):
+        if i == 0 and key not in ("cmd", "mcmd"):
+            raise ValueError("the first field must be cmd or mcmd")
+        if not _KEY_RE.fullmatch(key):
+            raise ValueError(f"bad key {key!r}")
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ValueError(f"value of {key!r} must be str or int")
+        text = str(value)
+        if not text or "\n" in text or "\0" in text:
+            raise ValueError(f"value of {key!r} is empty or has a newline or NUL")
+        parts.append(key + "=" + text.replace("\\", "\\\\").replace(" ", "\\ "))
+    if not parts:
+        raise ValueError("no fields")
+    line = " ".join(parts) + "\n"
+    if len(line) > MAX_LINE:
+        raise ValueError(f"line longer than {MAX_LINE} characters")
+    return line
+
+
+def process_mapping(ranks_per_node: Sequence[int]) -> str:
+    """MPICH's ``PMI_process_mapping`` for a block distribution: node i holds ranks_per_node[i] ranks.
+
+    One ``(first_node,node_count,ranks_per_node)`` tuple per run of nodes with equal counts, e.g.
+    ``[2, 2, 1]`` -> ``(vector,(0,2,2),(2,1,1))``.
+    """
+    if not ranks_per_node:
+        raise ValueError("no nodes")
+    runs: list[list[int]] = []
+    for node, count in enumerate(ranks_per_node):
+        if count < 1:
+            raise ValueError(f"node {node} has {count} ranks")
+        if runs and runs[-1][2] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([node, 1, count])
+    return "(vector," + ",".join(f"({a},{b},{c})" for a, b, c in runs) + ")"
+
+
+def mpich_shm_prefixes(kvsname: str) -> tuple[str, ...]:
+    """File name prefixes of the POSIX shm segments (under /dev/shm) that MPICH 5 makes for a job.
+
+    MPICH names them ``mpich_shm_%x_%d`` and ``mpich_vci_%x_%d`` (world id, node id), the world id
+    being the 32-bit FNV-1a hash of the kvsname. They outlive ranks that are killed (verified with
+    MPICH 5.0.2 by SIGKILLing jobs of known kvsnames; tests/test_pmi.py keeps checking it).
+    """
+    world_id = 0x811C9DC5
+    for byte in kvsname.encode():
+        world_id = ((world_id ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return (f"mpich_shm_{world_id:x}_", f"mpich_vci_{world_id:x}_")
+
+
+def mpich_shm_names(kvsname: str, node_index: int) -> tuple[str, ...]:
+    """The exact /dev/shm names MPICH 5 may leave for the ranks of one node of a job.
+
+    Exact rather than prefixes: on a local cluster several nodes share one /dev/shm, and each node
+    manager must remove only its own node's segments (``_1`` is a prefix of ``_10``).
+    """
+    return tuple(f"{prefix}{node_index}" for prefix in mpich_shm_prefixes(kvsname))
+
+
+@dataclass(frozen=True)
+class BarrierIn:
+    """Every local rank entered barrier number ``seq`` (0, 1, 2, ...)."""
+
+    seq: int
+    puts: dict[str, str]  # what local ranks put since the previous barrier
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The rank ended its PMI session (finalize or abort)."""
+
+    rank: int
+    aborted: bool
+    exit_code: int  # from abort (0 for finalize)
+    message: str
+
+
+@dataclass
+class Outcome:
+    """The result of feeding one line."""
+
+    replies: list[tuple[int, str]]  # (rank, line) to write back
+    barrier: BarrierIn | None = None
+    finished: Finished | None = None
+
+
+def _reply(cmd: str, **fields: str | int) -> str:
+    return format_line({"cmd": cmd, "rc": 0, **fields})
+
+
+def _fail(rank: int, query: str, msg: str) -> Outcome:
+    """Reply ``rc=-1`` to ``query`` (a reply named ``error`` if the query is unknown)."""
+    text = " ".join(msg.split())[:200] or "error"
+    return Outcome([(rank, format_line({"cmd": _RESPONSES.get(query, "error"), "rc": -1, "msg": text}))])
+
+
+class Wireup:
+    """PMI-1 state of one job on one node (see the module docstring for the semantics)."""
+
+    def __init__(
+        self,
+        *,
+        kvsname: str,
+        size: int,
+        local_ranks: Collection[int],
+        process_mapping: str,
+        appnum: int = 0,
+        universe_size: int | None = None,
+    ) -> None:
+        if not _KEY_RE.fullmatch(kvsname) or len(kvsname) > KVSNAME_MAX:
+            raise ValueError(f"bad kvsname {kvsname!r}")
+        if size < 1 or not local_ranks or not all(0 <= r < size for r in local_ranks):
+            raise ValueError(f"local ranks {sorted(local_ranks)} do not fit a job of {size}")
+        if not process_mapping or any(c in process_mapping for c in " \n\0"):
+            raise ValueError(f"bad process mapping {process_mapping!r}")
+        self.kvsname = kvsname
+        self.size = size
+        self.local_ranks = frozenset(local_ranks)
+        self.process_mapping = process_mapping
+        self.appnum = appnum
+        self.universe_size = size if universe_size is None else universe_size
+        self._kvs: dict[str, str] = {}  # merged by barrier_done + every local put
+        self._puts: dict[str, str] = {}  # local puts since the last BarrierIn
+        self._seq = 0  # the barrier being collected, or awaiting barrier_done
+        self._entered: set[int] = set()  # local ranks inside barrier _seq
+        self._awaiting = False  # BarrierIn(_seq) was returned; waiting for barrier_done
+        self._finalized: set[int] = set()
+        self._gone: set[int] = set()
+        self._spawning: dict[int, dict[str, str]] = {}  # ranks in the middle of an mcmd=spawn
+        self._info: dict[str, dict[str, str | int]] = {
+            "get_maxes": {"kvsname_max": KVSNAME_MAX, "keylen_max": KEYLEN_MAX, "vallen_max": VALLEN_MAX},
+            "get_appnum": {"appnum": appnum},
+            "get_my_kvsname": {"kvsname": kvsname},
+            "get_universe_size": {"size": self.universe_size},
+        }
+        self._commands: dict[str, Callable[[int, dict[str, str]], Outcome]] = {
+            **dict.fromkeys(self._info, self._answer),
+            "init": self._init,
+            "put": self._put,
+            "get": self._get,
+            "barrier_in": self._barrier_in,
+            "finalize": self._finalize,
+            "abort": self._abort,
+        }
+
+    def handle(self, rank: int, line: str) -> Outcome:
+        """Feed one line from ``rank``; never raises for bad client input."""
+        if rank not in self.local_ranks:
+            raise ValueError(f"rank {rank} is not local to this node")
+        if rank in self._spawning:
+            return self._spawn_line(rank, line)
+        try:
+            fields = parse_line(line)
+        except PmiError as e:
+            if line.startswith("cmd=abort"):  # never lose an abort, even a garbled one
+                return Outcome([], finished=Finished(rank, True, 1, f"unparsable abort: {e}"))
+            name = re.match(r"m?cmd=([A-Za-z_]*)", line)
+            return _fail(rank, name.group(1) if name else "", f"bad PMI line: {e}")
+        if "mcmd" in fields:
+            self._spawning[rank] = {}
+            return self._spawn_line(rank, line)
+        cmd = fields["cmd"]
+        handler = self._commands.get(cmd)
+        if handler is None:
+            return _fail(rank, cmd, f"{cmd} is {'not supported' if cmd in _RESPONSES else 'unknown'}")
+        return handler(rank, fields)
+
+    def barrier_done(self, seq: int, kvs: Mapping[str, str]) -> list[tuple[int, str]]:
+        """The whole job passed barrier ``seq``: merge ``kvs`` (what any node put) and release our ranks."""
+        if not self._awaiting or seq != self._seq:
+            state = f"barrier {self._seq} is {'pending' if self._awaiting else 'not complete here'}"
+            raise ValueError(f"barrier_done({seq}) but {state}")
+        self._kvs.update(kvs)
+        released = sorted(self._entered - self._gone)
+        self._entered.clear()
+        self._awaiting = False
+        self._seq += 1
+        return [(rank, _reply("barrier_out")) for rank in released]
+
+    def rank_gone(self, rank: int) -> None:
+        """The rank's connection closed. If it had not finalized, barriers keep waiting for it."""
+        self._gone.add(rank)
+        self._spawning.pop(rank, None)
+
+    def _answer(self, rank: int, fields: dict[str, str]) -> Outcome:
+        return Outcome([(rank, _reply(_RESPONSES[fields["cmd"]], **self._info[fields["cmd"]]))])
+
+    def _init(self, rank: int, fields: dict[str, str]) -> Outcome:
+        if fields.get("pmi_version") != "1":
+            return _fail(rank, "init", f"PMI version {fields.get('pmi_version')} is not supported")
+        return Outcome([(rank, _reply("response_to_init", pmi_version=1, pmi_subversion=1))])
+
+    def _barrier_in(self, rank: int, fields: dict[str, str]) -> Outcome:
+        if rank in self._finalized:
+            return _fail(rank, "barrier_in", f"rank {rank} already finalized")
+        if rank in self._entered:
+            return _fail(rank, "barrier_in", f"rank {rank} is already in barrier {self._seq}")
+        self._entered.add(rank)
+        return Outcome([], barrier=self._check_barrier())
+
+    def _finalize(self, rank: int, fields: dict[str, str]) -> Outcome:
+        self._finalized.add(rank)
+        return Outcome([(rank, _reply("finalize_ack"))], self._check_barrier(), Finished(rank, False, 0, ""))
+
+    def _abort(self, rank: int, fields: dict[str, str]) -> Outcome:
+        try:
+            code = int(fields.get("exitcode", "1"))
+        except ValueError:
+            code = 1
+        return Outcome([], finished=Finished(rank, True, code, fields.get("message", "")))
+
+    def _put(self, rank: int, fields: dict[str, str]) -> Outcome:
+        key, value = fields.get("key"), fields.get("value")
+        if fields.get("kvsname", self.kvsname) != self.kvsname:
+            return _fail(rank, "put", f"unknown kvsname {fields['kvsname']}")
+        if key is None or value is None:
+            return _fail(rank, "put", "put needs key= and value=")
+        if len(key) > KEYLEN_MAX or len(value) > VALLEN_MAX:
+            return _fail(rank, "put", f"key or value of {key[:KEYLEN_MAX]} too long")
+        self._kvs[key] = self._puts[key] = value
+        return Outcome([(rank, _reply("put_result"))])
+
+    def _get(self, rank: int, fields: dict[str, str]) -> Outcome:
+        key = fields.get("key")
+        if fields.get("kvsname", self.kvsname) != self.kvsname:
+            return _fail(rank, "get", f"unknown kvsname {fields['kvsname']}")
+        if key is None:
+            return _fail(rank, "get", "get needs key=")
+        value = self.process_mapping if key == "PMI_process_mapping" else self._kvs.get(key)
+        if value is None:
+            return _fail(rank, "get", f"key {key[:KEYLEN_MAX]} not found")
+        return Outcome([(rank, _reply("get_result", value=value))])
+
+    def _check_barrier(self) -> BarrierIn | None:
+        participants = self.local_ranks - self._finalized
+        if self._awaiting or not self._entered or not participants <= self._entered:
+            return None
+        self._awaiting = True
+        puts, self._puts = self._puts, {}
+        return BarrierIn(self._seq, puts)
+
+    def _spawn_line(self, rank: int, line: str) -> Outcome:
+        """Swallow an ``mcmd=spawn`` block (one field a line) up to its last ``endcmd``, then refuse it."""
+        state = self._spawning[rank]
+        text = line.strip()
+        if text != "endcmd":
+            key, _, value = text.partition("=")
+            if key in ("totspawns", "spawnssofar"):
+                state[key] = value
+            return Outcome([])
+        if state.get("spawnssofar", "1") != state.get("totspawns", "1"):
+            return Outcome([])
+        del self._spawning[rank]
+        return _fail(rank, "spawn", "spawn is not supported")

@@ -1,0 +1,306 @@
+"""The job shell: one process per job per node, started by storm-nm as the job's user.
+
+It opens the job's output files (with the user's own permissions, so ``--output /etc/passwd`` fails as it
+should), spawns the node's ranks each in a process group of its own pinned to its PE, serves their PMI-1
+wire-up (cross-node barriers go through the NM to the MM), reaps them, and reports every exit to the NM.
+Keeping this out of the NM means a flood of PMI traffic never delays the NM's time slices, a bug in PMI
+parsing never runs as root, and (later) an NM restart does not take the ranks' parent with it.
+
+Usage (by storm-nm only): ``python -m storm.nm.shell --endpoint ipc://... --node NAME --cpus 0,1 JOBDIR``
+where JOBDIR/launch.msg holds the encoded ``launch_job`` message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from storm.mm import protocol as p
+from storm.mm.jobs import expand_path
+from storm.nm.pmi import MAX_LINE, Wireup, process_mapping
+
+ACK_WAIT_SECONDS = 5.0
+EXITS_FILE = "exits.msg"
+LAUNCH_FILE = "launch.msg"
+
+
+@dataclass
+class Rank:
+    rank: int
+    pe: int
+    pid: int = 0
+    pidfd: int = -1
+    writer: asyncio.StreamWriter | None = None
+    talked_pmi: bool = False
+    finalized: bool = False
+    abort: p.RankExit | None = None
+    exit: p.RankExit | None = None
+
+
+def rank_environment(launch: p.LaunchJob, rank: int, node: str, pmi_fd: int) -> dict[str, str]:
+    env = {k: v for k, v in launch.env.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_"))}
+    env.update(
+        PMI_FD=str(pmi_fd),
+        PMI_RANK=str(rank),
+        PMI_SIZE=str(launch.size),
+        STORM_JOB_ID=str(launch.job_id),
+        STORM_RANK=str(rank),
+        STORM_SIZE=str(launch.size),
+        STORM_NODE=node,
+    )
+    return env
+
+
+class Shell:
+    def __init__(self, launch: p.LaunchJob, node: str, cpus: list[int], endpoint: str, jobdir: Path) -> None:
+        self.launch = launch
+        self.node = node
+        self.cpus = cpus
+        self.jobdir = jobdir
+        self.ranks = {s.rank: Rank(rank=s.rank, pe=s.pe) for s in launch.slots}
+        self.wireup = Wireup(
+            kvsname=launch.kvsname,
+            size=launch.size,
+            local_ranks=list(self.ranks),
+            process_mapping=process_mapping(launch.ranks_per_node),
+        )
+        self.ctx = zmq.asyncio.Context()
+        self.nm = self.ctx.socket(zmq.DEALER)
+        self.nm.setsockopt(zmq.ROUTING_ID, f"job-{launch.job_id}".encode())
+        self.nm.setsockopt(zmq.LINGER, 2000)
+        self.nm.connect(endpoint)
+        self.all_exited = asyncio.Event()
+        self.acked = asyncio.Event()
+        self.stopping = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def send(self, msg: p.Message) -> None:
+        await self.nm.send(p.encode(msg))
+
+    # ------------------------------------------------------------------------------------------- start-up
+
+    def _open_outputs(self) -> dict[int, tuple[int, int]]:
+        """stdout and stderr descriptors per rank; a path shared by several ranks is opened once."""
+        opened: dict[str, int] = {}
+        result: dict[int, tuple[int, int]] = {}
+
+        def open_path(pattern: str, rank: int) -> int:
+            path = expand_path(
+                pattern,
+                job_id=self.launch.job_id,
+                rank=rank,
+                node=self.node,
+                user=self.launch.user,
+                name=self.launch.name,
+            )
+            path = os.path.join(self.launch.cwd, path)
+            if path not in opened:
+                opened[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            return opened[path]
+
+        for rank in self.ranks:
+            out = open_path(self.launch.output, rank)
+            err = open_path(self.launch.error, rank) if self.launch.error else out
+            result[rank] = (out, err)
+        return result
+
+    def _spawn(self, r: Rank, out: int, err: int) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen(
+                list(self.launch.argv),
+                env=rank_environment(self.launch, r.rank, self.node, child.fileno()),
+                cwd=self.launch.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=(child.fileno(),),
+                process_group=0,
+            )
+        except OSError as exc:
+            parent.close()
+            r.exit = p.RankExit(rank=r.rank, error=f"cannot execute {self.launch.argv[0]}: {exc.strerror}")
+            return
+        finally:
+            child.close()
+        proc.returncode = 0  # reaped through the pidfd below, not through Popen
+        r.pid = proc.pid
+        with contextlib.suppress(OSError):  # the rank may already be gone; its exit is reported anyway
+            os.sched_setaffinity(r.pid, {self.cpus[r.pe % len(self.cpus)]})
+        r.pidfd = os.pidfd_open(r.pid)
+        asyncio.get_running_loop().add_reader(r.pidfd, self._reap, r)
+        self._background(self._serve_pmi(r, parent))
+
+    # ------------------------------------------------------------------------------------------- PMI
+
+    async def _serve_pmi(self, r: Rank, sock: socket.socket) -> None:
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_LINE)
+        r.writer = writer
+        try:
+            while True:
+                try:
+                    raw = await reader.readline()
+                except (ValueError, ConnectionError):
+                    break  # an over-long line or a reset: the rank is misbehaving or gone
+                if not raw:
+                    break
+                r.talked_pmi = True
+                outcome = self.wireup.handle(r.rank, raw.decode("utf-8", "replace"))
+                await self._reply(outcome.replies)
+                if outcome.finished is not None:
+                    finished = outcome.finished
+                    r.finalized = not finished.aborted
+                    if finished.aborted and r.abort is None:
+                        text = "called MPI_Abort" + (f": {finished.message}" if finished.message else "")
+                        r.abort = p.RankExit(rank=r.rank, exit_code=finished.exit_code & 0xFF, error=text)
+                        await self.send(p.RankAborted(job_id=self.launch.job_id, exit=r.abort))
+                if outcome.barrier is not None:
+                    if len(self.launch.ranks_per_node) == 1:
+                        await self._reply(self.wireup.barrier_done(outcome.barrier.seq, outcome.barrier.puts))
+                    else:
+                        await self.send(
+                            p.PmiBarrierIn(
+                                job_id=self.launch.job_id,
+                                node=self.node,
+                                seq=outcome.barrier.seq,
+                                kvs=outcome.barrier.puts,
+                            )
+                        )
+        finally:
+            self.wireup.rank_gone(r.rank)
+            r.writer = None
+            writer.close()
+
+    async def _reply(self, replies: list[tuple[int, str]]) -> None:
+        for rank, line in replies:
+            writer = self.ranks[rank].writer
+            if writer is not None:
+                writer.write(line.encode())
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+
+    # ------------------------------------------------------------------------------------------- exits
+
+    def _reap(self, r: Rank) -> None:
+        try:
+            got, status = os.waitpid(r.pid, os.WNOHANG)
+        except ChildProcessError:
+            got, status = r.pid, 255 << 8
+        if got == 0:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(r.pidfd)
+        os.close(r.pidfd)
+        if r.abort is not None:
+            r.exit = r.abort  # it was killed for its abort: the abort is what it asked to exit with
+        elif os.WIFSIGNALED(status):
+            r.exit = p.RankExit(rank=r.rank, signal=os.WTERMSIG(status))
+        else:
+            code = os.waitstatus_to_exitcode(status)
+            early = code == 0 and r.talked_pmi and not r.finalized and not self.stopping
+            r.exit = p.RankExit(
+                rank=r.rank, exit_code=code, error="exited without calling MPI_Finalize" if early else ""
+            )
+        self._background(self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit)))
+        self._check_done()
+
+    def _background(self, coroutine: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._tasks.discard)
+
+    def _check_done(self) -> None:
+        if all(r.exit is not None for r in self.ranks.values()):
+            self.all_exited.set()
+
+    def stop(self) -> None:
+        """SIGTERM: stop every rank (the NM follows up with SIGKILL if they linger)."""
+        self.stopping = True
+        for r in self.ranks.values():
+            if r.pid and r.exit is None:
+                for sig in (signal.SIGCONT, signal.SIGTERM):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(r.pid, sig)
+        self._check_done()
+
+    # ------------------------------------------------------------------------------------------- main
+
+    async def _from_nm(self) -> None:
+        while True:
+            try:
+                msg = p.decode(await self.nm.recv(), p.MAX_NODE_MESSAGE)
+            except p.ProtocolError as exc:
+                print(f"storm-shell: bad message from the NM: {exc}", file=sys.stderr)
+                continue
+            if isinstance(msg, p.PmiBarrierOut):
+                await self._reply(self.wireup.barrier_done(msg.seq, msg.kvs))
+            elif isinstance(msg, p.Ack) and msg.what == p.ShellDone.op:
+                self.acked.set()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.stop)
+        listener = loop.create_task(self._from_nm())
+        await self.send(p.ShellHello(job_id=self.launch.job_id, pid=os.getpid()))
+        try:
+            outputs = self._open_outputs()
+        except OSError as exc:
+            text = f"cannot open output file {exc.filename}: {exc.strerror}"
+            for r in self.ranks.values():
+                r.exit = p.RankExit(rank=r.rank, error=text)
+        else:
+            for r in self.ranks.values():
+                if not self.stopping:
+                    self._spawn(r, *outputs[r.rank])
+                elif r.exit is None:
+                    r.exit = p.RankExit(rank=r.rank, error="cancelled before it started")
+            for fd in {fd for pair in outputs.values() for fd in pair}:
+                os.close(fd)
+        started = {str(r.rank): r.pid for r in self.ranks.values() if r.pid}
+        await self.send(p.RanksStarted(job_id=self.launch.job_id, pids=started))
+        for r in self.ranks.values():
+            if r.exit is not None and not r.pid:
+                await self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit))
+        self._check_done()
+        await self.all_exited.wait()
+        exits = tuple(r.exit for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.exit is not None)
+        done = p.ShellDone(job_id=self.launch.job_id, exits=exits)
+        # Written first so that an NM restarted meanwhile can still learn how the ranks ended.
+        (self.jobdir / EXITS_FILE).write_bytes(p.encode(done))
+        await self.send(done)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.acked.wait(), ACK_WAIT_SECONDS)
+        listener.cancel()
+        self.nm.close()
+        self.ctx.term()
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="storm-shell")
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--cpus", required=True, help="CPU of each PE, comma-separated")
+    parser.add_argument("jobdir", type=Path)
+    args = parser.parse_args(argv)
+    launch = p.decode((args.jobdir / LAUNCH_FILE).read_bytes(), p.MAX_NODE_MESSAGE)
+    if not isinstance(launch, p.LaunchJob):
+        parser.error(f"{args.jobdir / LAUNCH_FILE} does not hold a launch_job message")
+    cpus = [int(c) for c in args.cpus.split(",") if c]
+    return asyncio.run(Shell(launch, args.node, cpus, args.endpoint, args.jobdir).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The storm command line and the operator and experiment tools."""

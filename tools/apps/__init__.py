@@ -1,0 +1,1 @@
+"""Small MPI programs used by the demo, the tests and the benchmarks."""

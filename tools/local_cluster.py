@@ -1,0 +1,255 @@
+"""A whole storm cluster on this one machine: one storm-mm and N storm-nm processes.
+
+Everything lives in one directory (``storm local up --dir``, default ``~/.local/state/storm/local``)::
+
+    storm.toml          the generated configuration
+    local.json          pids (with their kernel start times) of the daemons, for `storm local down`
+    mm/                 storm-mm's state: storm.db, mm.json (real endpoints), mm.log, mm.sock
+    nodes/nodeI/        storm-nm's run directory; nodes/nodeI.log its log
+
+Node managers bind nothing on the network; the MM's node port is chosen by the kernel (port 0) and read
+back from mm/mm.json. Each node's PEs are pinned to distinct CPUs of this machine while there are enough.
+Tests use the same code (:class:`LocalCluster`) to start and tear down throwaway clusters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from storm.nm.processes import LinuxProcesses
+from storm.tools.client import Client, ClientError
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 15.0
+_proc = LinuxProcesses()
+
+
+class LocalClusterError(RuntimeError):
+    pass
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    """Poll ``condition`` until it holds; LocalClusterError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise LocalClusterError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Daemon:
+    name: str
+    pid: int
+    start_time: int
+    log: str
+
+    def alive(self) -> bool:
+        """Still the process we started (a reused pid has another start time) and not a zombie."""
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, os.WNOHANG)  # reap it if it is our own child that exited
+        return _proc.start_time(self.pid) == self.start_time
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            _proc.signal(self.pid, sig)
+
+
+@dataclass
+class LocalCluster:
+    dir: Path
+    nodes: int = 2
+    pes_per_node: int = 1
+    mm_settings: dict[str, object] = field(default_factory=dict)
+    nm_settings: dict[str, object] = field(default_factory=dict)
+    mm: Daemon | None = None
+    nms: list[Daemon] = field(default_factory=list)
+    endpoint: str = ""
+    node_endpoint: str = ""
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "storm.toml"
+
+    def node_names(self) -> list[str]:
+        return [f"node{i}" for i in range(self.nodes)]
+
+    def node_dir(self, name: str) -> Path:
+        return self.dir / "nodes" / name
+
+    def client(self, timeout: float = 30.0) -> Client:
+        return Client(self.endpoint, timeout=timeout)
+
+    # ------------------------------------------------------------------------------------------- up
+
+    def write_config(self) -> None:
+        settings = {
+            "mm": {
+                "state_dir": str(self.dir / "mm"),
+                "client_endpoint": f"ipc://{self.dir / 'mm' / 'mm.sock'}",
+                "node_endpoint": "tcp://127.0.0.1:0",
+                **self.mm_settings,
+            },
+            "nm": {"kill_grace": 2.0, **self.nm_settings},
+        }
+        lines = ['[cluster]\nname = "local"\n']
+        for section, values in settings.items():
+            lines.append(f"\n[{section}]\n")
+            lines.extend(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+        self.config_path.write_text("".join(lines))
+
+    def _spawn(self, name: str, argv: list[str], log: Path) -> Daemon:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True
+            )
+        proc.returncode = 0  # it outlives this Popen object; `down` stops it by pid and start time
+        start = _proc.start_time(proc.pid)
+        if start is None:
+            raise LocalClusterError(f"{name} exited at once; see {log}")
+        return Daemon(name=name, pid=proc.pid, start_time=start, log=str(log))
+
+    def start_mm(self) -> None:
+        (self.dir / "mm").mkdir(parents=True, exist_ok=True)
+        info_path = self.dir / "mm" / "mm.json"
+        info_path.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "storm.mm.main", "--config", str(self.config_path)]
+        self.mm = self._spawn("storm-mm", argv, self.dir / "mm" / "mm.log")
+        mm = self.mm
+
+        def ready() -> bool:
+            if not mm.alive():
+                raise LocalClusterError(f"storm-mm exited during start-up:\n{tail(mm.log)}")
+            try:
+                info = json.loads(info_path.read_text())
+            except (OSError, ValueError):
+                return False
+            return bool(info.get("pid") == mm.pid)
+
+        wait_for(ready, START_TIMEOUT, "storm-mm to listen")
+        info = json.loads(info_path.read_text())
+        self.endpoint, self.node_endpoint = info["client"], info["node"]
+
+    def start_nm(self, index: int) -> Daemon:
+        cpus = sorted(os.sched_getaffinity(0))
+        name = f"node{index}"
+        pes = [cpus[(index * self.pes_per_node + j) % len(cpus)] for j in range(self.pes_per_node)]
+        run_dir = self.node_dir(name)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable, "-m", "storm.nm.main", "--config", str(self.config_path),
+            "--name", name, "--mm", self.node_endpoint, "--run-dir", str(run_dir),
+            "--cpus", ",".join(map(str, pes)),
+        ]  # fmt: skip
+        return self._spawn(f"storm-nm {name}", argv, self.dir / "nodes" / f"{name}.log")
+
+    def wait_nodes_up(self, names: list[str], timeout: float = START_TIMEOUT) -> None:
+        with self.client(timeout=5) as client:
+
+            def registered() -> bool:
+                for d in self.nms:
+                    if not d.alive():
+                        raise LocalClusterError(f"{d.name} exited during start-up:\n{tail(d.log)}")
+                up = {n.name for n in client.nodes() if n.state == "UP" and not n.reason}
+                return set(names) <= up
+
+            wait_for(registered, timeout, f"nodes {', '.join(names)} to register", interval=0.05)
+
+    def up(self) -> None:
+        if self.running():
+            raise LocalClusterError(
+                f"a local cluster is already running in {self.dir}; `storm local down` first"
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "nodes").mkdir(exist_ok=True)
+        self.write_config()
+        try:
+            self.start_mm()
+            self.nms = [self.start_nm(i) for i in range(self.nodes)]
+            self.save()
+            self.wait_nodes_up(self.node_names())
+        except BaseException:
+            self.down()
+            raise
+
+    # ------------------------------------------------------------------------------------------- state
+
+    def save(self) -> None:
+        state = {
+            "endpoint": self.endpoint,
+            "node_endpoint": self.node_endpoint,
+            "nodes": self.nodes,
+            "pes_per_node": self.pes_per_node,
+            "mm": self.mm.__dict__ if self.mm else None,
+            "nms": [d.__dict__ for d in self.nms],
+        }
+        tmp = self.dir / "local.json.tmp"
+        tmp.write_text(json.dumps(state, indent=1) + "\n")
+        tmp.replace(self.dir / "local.json")
+
+    @classmethod
+    def load(cls, directory: Path) -> LocalCluster:
+        try:
+            state = json.loads((directory / "local.json").read_text())
+        except FileNotFoundError:
+            raise LocalClusterError(f"no local cluster in {directory}") from None
+        cluster = cls(dir=directory, nodes=state["nodes"], pes_per_node=state["pes_per_node"])
+        cluster.endpoint, cluster.node_endpoint = state["endpoint"], state["node_endpoint"]
+        cluster.mm = Daemon(**state["mm"]) if state["mm"] else None
+        cluster.nms = [Daemon(**d) for d in state["nms"]]
+        return cluster
+
+    def running(self) -> bool:
+        try:
+            other = LocalCluster.load(self.dir)
+        except (LocalClusterError, ValueError, KeyError, TypeError):
+            return False
+        return any(d.alive() for d in [*other.nms, *([other.mm] if other.mm else [])])
+
+    # ------------------------------------------------------------------------------------------- down
+
+    @staticmethod
+    def stop(daemons: list[Daemon], timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM, wait, then SIGKILL: only the processes we started (pid and start time both match)."""
+        for d in daemons:
+            d.signal(signal.SIGTERM)
+        try:
+            wait_for(lambda: not any(d.alive() for d in daemons), timeout, "daemons to stop", interval=0.05)
+        except LocalClusterError:
+            for d in daemons:
+                d.signal(signal.SIGKILL)
+            wait_for(lambda: not any(d.alive() for d in daemons), 5.0, "daemons to die", interval=0.05)
+
+    def down(self) -> None:
+        """Leaves first: the node managers stop their jobs and report, then the MM stops."""
+        self.stop(self.nms)
+        if self.mm is not None:
+            self.stop([self.mm])
+        (self.dir / "local.json").unlink(missing_ok=True)
+
+
+def tail(path: str, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def status(directory: Path) -> str:
+    cluster = LocalCluster.load(directory)
+    try:
+        with cluster.client(timeout=5) as client:
+            nodes = client.nodes()
+    except ClientError as exc:
+        return f"local cluster in {directory}: storm-mm not answering ({exc})"
+    up = sum(1 for n in nodes if n.state == "UP")
+    return f"local cluster in {directory}: {up}/{len(nodes)} nodes up, endpoint {cluster.endpoint}"
