@@ -113,7 +113,7 @@ class Controller:
             )
             missing = [n for n in job.nodes if n not in self.matrix.nodes()]
             if missing:
-                self._node_lost(job, missing[0], "was DOWN when storm-mm restarted", now)
+                self._node_lost(job, missing[0], f"node {missing[0]} was DOWN when storm-mm restarted", now)
                 continue
             self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
         if self.pending or self.active:
@@ -218,7 +218,9 @@ class Controller:
             if msg.node not in job.nodes or msg.node in track.done:
                 continue
             if job.id not in listed:
-                self._node_lost(job, msg.node, "its node manager no longer knows the job", now)
+                self._node_lost(
+                    job, msg.node, f"node {msg.node}: its node manager no longer knows the job", now
+                )
             elif track.ending is not None:
                 # A kill sent while the node was unreachable was lost: send it again.
                 self.outbox.append((msg.node, KillJob(job_id=job.id, reason=track.ending.reason)))
@@ -299,10 +301,10 @@ class Controller:
         for node in self.registry.expire(now):
             log.warning("node %s is DOWN: %s", node.name, node.reason)
             self.store.save_node(node.record())
-            for job_id in sorted(self.matrix.remove_node(node.name)):
-                job = self.active.get(job_id)
-                if job is not None:
-                    self._node_lost(job, node.name, f"node {node.name} DOWN ({node.reason})", now)
+            # The node keeps its matrix columns (no new job goes to a node that is not UP), and a lost job
+            # keeps its PEs elsewhere until those nodes confirm its ranks are gone.
+            for job in [j for j in self.active.values() if node.name in j.nodes]:
+                self._node_lost(job, node.name, f"node {node.name} DOWN: {node.reason}", now)
         for job in list(self.active.values()):
             track = self.tracking[job.id]
             limit = job.spec.time_limit
@@ -367,10 +369,10 @@ class Controller:
             self.outbox.append((node, launch))
         log.info("job %d started on %s", job.id, ",".join(placement.nodes))
 
-    def _node_lost(self, job: Job, node: str, why: str, now: float) -> None:
+    def _node_lost(self, job: Job, node: str, reason: str, now: float) -> None:
         track = self.tracking[job.id]
-        track.done.setdefault(node, (RankExit(rank=0, error=f"lost on {node}: {why}"),))
-        self._end(job, Ending(JobState.NODE_FAIL, None, f"node {node}: {why}"), now)
+        track.done.setdefault(node, (RankExit(rank=0, error=reason),))
+        self._end(job, Ending(JobState.NODE_FAIL, None, reason), now)
 
     def _end(self, job: Job, ending: Ending, now: float) -> None:
         """Stop a job everywhere; the first reason given is the one that counts."""
@@ -402,6 +404,7 @@ class Controller:
         del self.tracking[job_id]
         self.matrix.release(job_id)
         self._finish(advance(job, state, now, exit_code=code, reason=reason), now)
+        self.schedule(now)  # its PEs are free: start what waited for them now, not at the next tick
 
     def _finish(self, job: Job, now: float) -> None:
         self.store.save_job(job)

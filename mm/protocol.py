@@ -505,6 +505,19 @@ def _hints(cls: type) -> dict[str, Any]:
     return hints
 
 
+def prepare_decoding() -> None:
+    """Resolve every message's field types now rather than at first use (the job shell launcher does this
+    once before it forks, so no job shell pays for it)."""
+    pending: list[Any] = list(_REGISTRY.values())
+    while pending:
+        hint = pending.pop()
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            if hint not in _HINTS:
+                pending.extend(_hints(hint).values())
+        else:
+            pending.extend(typing.get_args(hint))
+
+
 def _convert(value: Any, hint: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):

@@ -21,7 +21,6 @@ import os
 import pwd
 import signal
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Coroutine
@@ -34,9 +33,9 @@ import zmq.asyncio
 from storm.mm import protocol as p
 from storm.mm.config import StormConfig
 from storm.mm.daemon import bind, peer_credentials
+from storm.nm.jobdir import JobDir, job_dirs
 from storm.nm.pmi import mpich_shm_names
-from storm.nm.processes import LinuxProcesses, Processes, describe_status
-from storm.nm.shell import EXITS_FILE, LAUNCH_FILE
+from storm.nm.processes import LinuxProcesses, Processes
 
 log = logging.getLogger("storm.nm")
 
@@ -47,7 +46,7 @@ STOP_WAIT_SECONDS = 5.0
 @dataclass
 class LocalJob:
     launch: p.LaunchJob
-    dir: Path
+    dir: JobDir
     shell_pid: int = 0
     shell_pidfd: int = -1
     pids: dict[int, int] = field(default_factory=dict)
@@ -104,6 +103,8 @@ class NodeManager:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
+        self._sweep_leftovers()
+        self.os.prepare()  # the job shell launcher starts now, not in the middle of the first job
         self.shells_endpoint = bind(self.shells, f"ipc://{self.run_dir / 'shells.sock'}")
         # Job shells run as their job's user and must reach the NM; their pids authenticate them.
         os.chmod(self.run_dir / "shells.sock", 0o666)  # noqa: S103
@@ -132,7 +133,32 @@ class NodeManager:
         self.shells.close()
         self.mm.close()
         self.ctx.term()
+        self.os.close()
         os.close(self._lock)
+
+    def _sweep_leftovers(self) -> None:
+        """Stop the jobs a previous storm-nm of this node left when it died: nobody tracks them any more.
+
+        The MM ends them NODE_FAIL when this NM registers without them.
+        """
+        for jobdir in job_dirs(self.run_dir):
+            record = jobdir.load_record()
+            if record is not None:
+                shell = int(record["shell_pid"])  # type: ignore[call-overload]
+                started = self.os.start_time(shell)
+                # Our shell, or no process at all with its pid: then its session's members are its ranks
+                # (a pid is not reused while a session still carries it). Another process: the pid was reused.
+                if started is None or started == record.get("shell_start"):
+                    victims = self.os.session_members(shell)
+                    for pid in victims:
+                        self.os.signal(pid, signal.SIGKILL)
+                    log.warning(
+                        "job %s: killed %d process(es) left by a previous storm-nm",
+                        record["job_id"],
+                        len(victims),
+                    )
+                self.os.remove_shm(mpich_shm_names(str(record["kvsname"]), int(record["node_index"])))  # type: ignore[call-overload]
+            jobdir.remove()
 
     async def _shutdown(self) -> None:
         """Stop every job of this node and tell the MM, so nothing outlives the NM unseen."""
@@ -240,7 +266,7 @@ class NodeManager:
     def launch(self, msg: p.LaunchJob) -> None:
         if msg.job_id in self.jobs:
             return  # a repeated launch: the first one is under way
-        job = LocalJob(launch=msg, dir=self.run_dir / "jobs" / str(msg.job_id))
+        job = LocalJob(launch=msg, dir=JobDir.of(self.run_dir, msg.job_id))
         self.jobs[msg.job_id] = job
         try:
             self._start_shell(job)
@@ -260,22 +286,27 @@ class NodeManager:
             pwd.getpwuid(msg.uid)
         except KeyError:
             raise ValueError(f"uid {msg.uid} is unknown on this node") from None
-        job.dir.mkdir(mode=0o700, exist_ok=True)
-        (job.dir / LAUNCH_FILE).write_bytes(p.encode(msg))
-        for path in (job.dir, job.dir / LAUNCH_FILE):
-            os.chown(path, msg.uid, msg.gid)
-        argv = [
-            sys.executable, "-m", "storm.nm.shell",
-            "--endpoint", self.shells_endpoint,
-            "--node", self.name,
-            "--cpus", ",".join(map(str, self.cpus)),
-            str(job.dir),
-        ]  # fmt: skip
-        env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8")}
-        job.shell_pid = self.os.spawn(
-            argv, env=env, cwd="/", uid=msg.uid, gid=msg.gid, log_path=job.dir / "shell.log"
+        job.dir.remove()  # a directory left by a crash, for a job id the MM reuses after losing its store
+        log = job.dir.create(msg.uid, msg.gid, p.encode(msg))
+        shell: dict[str, object] = {
+            "jobdir": str(job.dir.path),
+            "endpoint": self.shells_endpoint,
+            "node": self.name,
+            "cpus": self.cpus,
+        }
+        try:
+            job.shell_pid, job.shell_pidfd = self.os.start_shell(shell, uid=msg.uid, gid=msg.gid, log=log)
+        finally:
+            os.close(log)
+        job.dir.save_record(
+            {
+                "job_id": msg.job_id,
+                "shell_pid": job.shell_pid,
+                "shell_start": self.os.start_time(job.shell_pid),
+                "kvsname": msg.kvsname,
+                "node_index": msg.node_index,
+            }
         )
-        job.shell_pidfd = self.os.pidfd(job.shell_pid)
         asyncio.get_running_loop().add_reader(job.shell_pidfd, self._shell_exited, job)
 
     # ---------------------------------------------------------------------------------------------- shells
@@ -326,16 +357,11 @@ class NodeManager:
                 pass
 
     def _shell_exited(self, job: LocalJob) -> None:
-        status = self.os.reap(job.shell_pid)
-        if status is None:
-            return
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(job.shell_pidfd)
+        asyncio.get_running_loop().remove_reader(job.shell_pidfd)
         os.close(job.shell_pidfd)
         job.shell_pidfd = -1
         if job.done is None:
-            code, sig = describe_status(status)
-            self._shell_gone(job, f"job shell ended early (exit code {code}, signal {sig})")
+            self._shell_gone(job, "the job shell ended before reporting (its log is in the node's log)")
             assert job.done is not None
             self._background(self._to_mm(job.done))
 
@@ -346,16 +372,14 @@ class NodeManager:
 
     def _shell_gone(self, job: LocalJob, why: str) -> None:
         """The shell died before reporting: use its exits file if it wrote one, else fail what is missing."""
-        exits_file = job.dir / EXITS_FILE
         with contextlib.suppress(OSError, p.ProtocolError):
-            saved = p.decode(exits_file.read_bytes(), p.MAX_NODE_MESSAGE)
+            saved = p.decode(job.dir.exits.read_bytes(), p.MAX_NODE_MESSAGE)
             if isinstance(saved, p.ShellDone):
                 job.exits.update((e.rank, e) for e in saved.exits)
         self._signal_session(job, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            tail = (job.dir / "shell.log").read_bytes()[-2000:].decode(errors="replace").strip()
-            if tail:
-                log.warning("job %d: job shell log:\n%s", job.launch.job_id, tail)
+        tail = job.dir.log_tail()
+        if tail:
+            log.warning("job %d: job shell log:\n%s", job.launch.job_id, tail)
         exits = tuple(job.exits.get(s.rank) or p.RankExit(rank=s.rank, error=why) for s in job.launch.slots)
         self._finish(job, exits)
 
@@ -405,11 +429,7 @@ class NodeManager:
 
     def _forget(self, job: LocalJob) -> None:
         del self.jobs[job.launch.job_id]
-        for name in (LAUNCH_FILE, EXITS_FILE, "shell.log"):
-            with contextlib.suppress(FileNotFoundError):
-                (job.dir / name).unlink()
-        with contextlib.suppress(OSError):
-            job.dir.rmdir()
+        job.dir.remove()
 
 
 def serve(config: StormConfig) -> None:

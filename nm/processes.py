@@ -7,27 +7,25 @@ Unit tests substitute a fake :class:`Processes`; the daemon and the end-to-end t
 from __future__ import annotations
 
 import os
-import subprocess
+import pwd
 from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
+
+from storm.nm.launcher import Launcher
 
 SHM_DIR = Path("/dev/shm")
 
 
 class Processes(Protocol):
-    def spawn(
-        self, argv: list[str], *, env: dict[str, str], cwd: str, uid: int, gid: int, log_path: Path
-    ) -> int:
-        """Start a process in a session of its own, as uid/gid (with the user's groups); return its pid."""
+    def prepare(self) -> None:
+        """Get ready to start job shells."""
         ...
 
-    def pidfd(self, pid: int) -> int:
-        """A file descriptor that becomes readable when the process exits."""
-        ...
-
-    def reap(self, pid: int) -> int | None:
-        """The wait status of an exited child, or None while it runs."""
+    def start_shell(self, shell: dict[str, object], *, uid: int, gid: int, log: int) -> tuple[int, int]:
+        """Start a job shell (``storm.nm.shell.run_shell(**shell)``) in a session of its own, as uid/gid
+        with the user's groups, its output going to ``log``; return its pid and a pidfd that is readable
+        once it has exited."""
         ...
 
     def signal_group(self, pgid: int, sig: int) -> bool:
@@ -35,6 +33,10 @@ class Processes(Protocol):
         ...
 
     def signal(self, pid: int, sig: int) -> bool: ...
+
+    def close(self) -> None:
+        """Release what the implementation holds (the job shell launcher)."""
+        ...
 
     def start_time(self, pid: int) -> int | None:
         """The kernel's start time of a process (clock ticks since boot), to tell a pid from its reuse."""
@@ -50,46 +52,26 @@ class Processes(Protocol):
 
 
 class LinuxProcesses:
-    def spawn(
-        self, argv: list[str], *, env: dict[str, str], cwd: str, uid: int, gid: int, log_path: Path
-    ) -> int:
-        as_other = uid != os.geteuid()
-        groups: list[int] | None = None
-        if as_other:
-            import pwd
+    def __init__(self) -> None:
+        self._launcher: Launcher | None = None
 
-            try:
-                groups = os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
-            except KeyError:
-                groups = [gid]
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                user=uid if as_other else None,
-                group=gid if as_other else None,
-                extra_groups=groups,
-                close_fds=True,
-            )
-        # The daemon reaps the pid itself (through its pidfd); marking the Popen object finished keeps its
-        # destructor from warning about a child it no longer owns.
-        proc.returncode = 0
-        return proc.pid
+    def prepare(self) -> None:
+        if self._launcher is None:
+            self._launcher = Launcher()
 
-    def pidfd(self, pid: int) -> int:
-        return os.pidfd_open(pid)
-
-    def reap(self, pid: int) -> int | None:
+    def start_shell(self, shell: dict[str, object], *, uid: int, gid: int, log: int) -> tuple[int, int]:
+        self.prepare()
+        assert self._launcher is not None
         try:
-            got, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        return status if got == pid else None
+            groups = os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
+        except KeyError:
+            groups = [gid]
+        return self._launcher.spawn(shell, uid=uid, gid=gid, groups=groups, log=log)
+
+    def close(self) -> None:
+        if self._launcher is not None:
+            self._launcher.close()
+            self._launcher = None
 
     def signal_group(self, pgid: int, sig: int) -> bool:
         try:
@@ -139,10 +121,3 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its closing one.
     return stat[stat.rindex(")") + 2 :].split()
-
-
-def describe_status(status: int) -> tuple[int | None, int | None]:
-    """(exit code, signal) of a wait status."""
-    if os.WIFSIGNALED(status):
-        return None, os.WTERMSIG(status)
-    return os.waitstatus_to_exitcode(status), None

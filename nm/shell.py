@@ -6,8 +6,9 @@ wire-up (cross-node barriers go through the NM to the MM), reaps them, and repor
 Keeping this out of the NM means a flood of PMI traffic never delays the NM's time slices, a bug in PMI
 parsing never runs as root, and (later) an NM restart does not take the ranks' parent with it.
 
-Usage (by storm-nm only): ``python -m storm.nm.shell --endpoint ipc://... --node NAME --cpus 0,1 JOBDIR``
-where JOBDIR/launch.msg holds the encoded ``launch_job`` message.
+storm-nm starts job shells by forking them from its launcher (nm/launcher.py), which calls
+:func:`run_shell`. For debugging, ``python -m storm.nm.shell --endpoint ipc://... --node NAME --cpus 0,1
+JOBDIR`` runs one by hand; JOBDIR (see nm/jobdir.py) holds the encoded ``launch_job`` message.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ import zmq.asyncio
 
 from storm.mm import protocol as p
 from storm.mm.jobs import expand_path
+from storm.nm.jobdir import JobDir
 from storm.nm.pmi import MAX_LINE, Wireup, process_mapping
 
 ACK_WAIT_SECONDS = 5.0
-EXITS_FILE = "exits.msg"
-LAUNCH_FILE = "launch.msg"
 
 
 @dataclass
@@ -64,7 +64,9 @@ def rank_environment(launch: p.LaunchJob, rank: int, node: str, pmi_fd: int) -> 
 
 
 class Shell:
-    def __init__(self, launch: p.LaunchJob, node: str, cpus: list[int], endpoint: str, jobdir: Path) -> None:
+    def __init__(
+        self, launch: p.LaunchJob, node: str, cpus: list[int], endpoint: str, jobdir: JobDir
+    ) -> None:
         self.launch = launch
         self.node = node
         self.cpus = cpus
@@ -278,7 +280,7 @@ class Shell:
         exits = tuple(r.exit for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.exit is not None)
         done = p.ShellDone(job_id=self.launch.job_id, exits=exits)
         # Written first so that an NM restarted meanwhile can still learn how the ranks ended.
-        (self.jobdir / EXITS_FILE).write_bytes(p.encode(done))
+        self.jobdir.exits.write_bytes(p.encode(done))
         await self.send(done)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.acked.wait(), ACK_WAIT_SECONDS)
@@ -288,18 +290,25 @@ class Shell:
         return 0
 
 
+def run_shell(jobdir: Path, *, endpoint: str, node: str, cpus: list[int]) -> int:
+    """Run the job shell of the job whose directory is ``jobdir`` until its last rank has ended."""
+    directory = JobDir(jobdir)
+    launch = p.decode(directory.launch.read_bytes(), p.MAX_NODE_MESSAGE)
+    if not isinstance(launch, p.LaunchJob):
+        raise SystemExit(f"{directory.launch} does not hold a launch_job message")
+    return asyncio.run(Shell(launch, node, cpus, endpoint, directory).run())
+
+
 def main(argv: list[str] | None = None) -> int:
+    """For running a job shell by hand while debugging; storm-nm forks them through nm/launcher.py."""
     parser = argparse.ArgumentParser(prog="storm-shell")
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--node", required=True)
     parser.add_argument("--cpus", required=True, help="CPU of each PE, comma-separated")
     parser.add_argument("jobdir", type=Path)
     args = parser.parse_args(argv)
-    launch = p.decode((args.jobdir / LAUNCH_FILE).read_bytes(), p.MAX_NODE_MESSAGE)
-    if not isinstance(launch, p.LaunchJob):
-        parser.error(f"{args.jobdir / LAUNCH_FILE} does not hold a launch_job message")
     cpus = [int(c) for c in args.cpus.split(",") if c]
-    return asyncio.run(Shell(launch, args.node, cpus, args.endpoint, args.jobdir).run())
+    return run_shell(args.jobdir, endpoint=args.endpoint, node=args.node, cpus=cpus)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ def local_endpoint(local_dir: Path) -> str | None:
     try:
         info = json.loads((local_dir / "mm" / "mm.json").read_text())
         os.kill(int(info["pid"]), 0)
+    except PermissionError:
+        pass  # it runs, as another user (a cluster started by root, used by everyone)
     except (OSError, ValueError, KeyError):
         return None
     endpoint = info.get("client")

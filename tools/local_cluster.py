@@ -119,10 +119,13 @@ class LocalCluster:
         return Daemon(name=name, pid=proc.pid, start_time=start, log=str(log))
 
     def start_mm(self) -> None:
+        """Start storm-mm; a restart keeps the first start's node port, so node managers find it again."""
         (self.dir / "mm").mkdir(parents=True, exist_ok=True)
         info_path = self.dir / "mm" / "mm.json"
         info_path.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "storm.mm.main", "--config", str(self.config_path)]
+        if self.node_endpoint:
+            argv += ["--node-endpoint", self.node_endpoint]
         self.mm = self._spawn("storm-mm", argv, self.dir / "mm" / "mm.log")
         mm = self.mm
 
@@ -151,6 +154,23 @@ class LocalCluster:
             "--cpus", ",".join(map(str, pes)),
         ]  # fmt: skip
         return self._spawn(f"storm-nm {name}", argv, self.dir / "nodes" / f"{name}.log")
+
+    def restart_mm(self, sig: int = signal.SIGKILL) -> None:
+        """Kill storm-mm (SIGKILL by default: no chance to clean up) and start it again."""
+        assert self.mm is not None
+        mm = self.mm
+        mm.signal(sig)
+        wait_for(lambda: not mm.alive(), STOP_TIMEOUT, "storm-mm to die")
+        self.start_mm()
+        self.save()
+
+    def restart_nm(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """Kill one node manager (SIGKILL by default) and start it again with the same name."""
+        old = self.nms[index]
+        old.signal(sig)
+        wait_for(lambda: not old.alive(), STOP_TIMEOUT, f"{old.name} to die")
+        self.nms[index] = self.start_nm(index)
+        self.save()
 
     def wait_nodes_up(self, names: list[str], timeout: float = START_TIMEOUT) -> None:
         with self.client(timeout=5) as client:

@@ -5,9 +5,10 @@ Every rank takes part in two small exchanges and rank 0 reports what each rank s
 * an Allreduce that sums ``rank + 1`` over all ranks (expected ``n * (n + 1) / 2``), and
 * a ring: each rank sends its rank number to its right neighbour and receives from its left one.
 
-Run it as ``storm run -n 4 python -m storm.tools.apps.hello`` (or by path). Rank 0 prints one line
-per rank, in rank order, then ``hello: OK``; if anything is wrong it prints ``hello: WRONG`` and
-the job exits with code 1.
+Run it as ``storm submit -n 2 --wait -- python -m storm.tools.apps.hello`` (or by path). Rank 0
+prints one line per rank, in rank order, naming the storm node it ran on (``$STORM_NODE``, or the
+host name outside storm), then ``hello: OK``; if anything is wrong it prints ``hello: WRONG`` and the
+job exits with code 1.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def main() -> int:
     left = (rank - 1) % size
     from_left = comm.sendrecv(rank, dest=right, source=left)
 
+    node = os.environ.get("STORM_NODE") or MPI.Get_processor_name()
     line = (
-        f"rank {rank}/{size} on {MPI.Get_processor_name()} pid {os.getpid()}: "
+        f"rank {rank}/{size} on {node} pid {os.getpid()}: "
         f"allreduce={total} (expected {expected_total}), from left={from_left} (expected {left})"
     )
     ok = total == expected_total and from_left == left

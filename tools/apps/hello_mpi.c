@@ -3,7 +3,8 @@
  *
  * Every rank takes part in an MPI_Allreduce that sums (rank + 1) over all ranks and in a ring
  * MPI_Sendrecv that passes each rank's number to its right neighbour. Rank 0 gathers one line per
- * rank, prints them in rank order, then "hello: OK" (exit code 0) or "hello: WRONG" (exit code 1).
+ * rank (naming the storm node it ran on, or the host outside storm), prints them in rank order,
+ * then "hello: OK" (exit code 0) or "hello: WRONG" (exit code 1).
  *
  * Build: mpicc -O1 -o hello_mpi hello_mpi.c
  */
@@ -23,6 +24,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Get_processor_name(name, &name_len);
+    const char *node = getenv("STORM_NODE"); /* the storm node manager that started this rank */
 
     /* 1. Allreduce: the sum of (rank + 1) over every rank. */
     int mine = rank + 1, total = 0;
@@ -37,7 +39,7 @@ int main(int argc, char **argv)
     char line[LINE_LEN];
     snprintf(line, sizeof line,
              "rank %d/%d on %s pid %ld: allreduce=%d (expected %d), from left=%d (expected %d)",
-             rank, size, name, (long) getpid(), total, expected_total, from_left, left);
+             rank, size, node ? node : name, (long) getpid(), total, expected_total, from_left, left);
     int ok = total == expected_total && from_left == left;
 
     /* Rank 0 gathers every rank's line and verdict and prints them in rank order. */
