@@ -1,0 +1,175 @@
+"""Shared test fixtures: throwaway clusters and a check that no test leaks processes, segments or fds.
+
+pytest makes itself a child subreaper, so any process a test's jobs orphan (a rank whose job shell died, a
+child a rank forked) is re-parented to pytest instead of init and shows up as a leak here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import zmq
+
+from storm.mm import protocol as p
+from storm.tools.client import Client
+from storm.tools.local_cluster import LocalCluster
+
+PR_SET_CHILD_SUBREAPER = 36
+SHM = Path("/dev/shm")
+LEAK_DEADLINE = 15.0
+JOB_TIMEOUT = 60.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def poll(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    """Wait for ``condition`` with a deadline (tests never sleep for a fixed time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def live_descendants() -> dict[int, str]:
+    found = {}
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found[proc.pid] = " ".join(proc.cmdline())[:200]
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def describe_fd(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """After each test: no new process, /dev/shm entry or file descriptor may remain."""
+    # The global zmq context starts its threads (and their fds) with its first socket, once per session.
+    zmq.Context.instance().socket(zmq.DEALER).close()
+    procs, shm, fds = live_descendants(), shm_entries(), open_fds()
+    yield
+    problems = []
+    try:
+        poll(lambda: set(live_descendants()) <= set(procs), LEAK_DEADLINE, "processes to exit")
+    except AssertionError:
+        extra = {pid: cmd for pid, cmd in live_descendants().items() if pid not in procs}
+        problems.append(f"processes left running: {extra}")
+        for pid in extra:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    try:
+        poll(lambda: shm_entries() <= shm, LEAK_DEADLINE, "shared memory to be removed")
+    except AssertionError:
+        extra_shm = shm_entries() - shm
+        problems.append(f"/dev/shm entries left: {sorted(extra_shm)}")
+        for name in extra_shm:
+            (SHM / name).unlink(missing_ok=True)
+    try:
+        poll(lambda: open_fds() <= fds, 5.0, "file descriptors to close")
+    except AssertionError:
+        left = {fd: describe_fd(fd) for fd in sorted(open_fds() - fds)}
+        problems.append(f"file descriptors left open: {left}")
+    assert not problems, "; ".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------- clusters
+
+
+def start_cluster(directory: Path, nodes: int, pes_per_node: int, **settings: object) -> LocalCluster:
+    mm = {k[3:]: v for k, v in settings.items() if k.startswith("mm_")}
+    nm = {k[3:]: v for k, v in settings.items() if k.startswith("nm_")}
+    nm.setdefault("kill_grace", 1.0)
+    cluster = LocalCluster(
+        dir=directory, nodes=nodes, pes_per_node=pes_per_node, mm_settings=mm, nm_settings=nm
+    )
+    cluster.up()
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One MM and two node managers with one PE each, shared by a test module."""
+    c = start_cluster(tmp_path_factory.mktemp("cluster"), nodes=2, pes_per_node=1)
+    yield c
+    c.down()
+
+
+@pytest.fixture
+def make_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., LocalCluster]]:
+    """Clusters of a test's own (for tests that kill daemons); torn down leaves first."""
+    made: list[LocalCluster] = []
+
+    def make(nodes: int = 2, pes_per_node: int = 1, **settings: object) -> LocalCluster:
+        c = start_cluster(tmp_path_factory.mktemp("cluster"), nodes, pes_per_node, **settings)
+        made.append(c)
+        return c
+
+    yield make
+    for c in reversed(made):
+        c.down()
+
+
+@pytest.fixture
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with cluster.client() as c:
+        yield c
+
+
+def run_job(client: Client, argv: list[str], ranks: int, cwd: Path, **options: object) -> p.JobInfo:
+    """Submit and wait for the end, with a deadline."""
+    job_id = client.submit(argv, ranks, cwd=str(cwd), **options)
+    return client.wait(job_id, timeout=JOB_TIMEOUT)
+
+
+def python_app(name: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", f"storm.tools.apps.{name}", *args]
+
+
+def storm_cli(cluster: LocalCluster, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real `storm` command against a cluster."""
+    env = {**os.environ, "STORM_MM": cluster.endpoint}
+    return subprocess.run(
+        [sys.executable, "-m", "storm.tools.cli", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def hello_c(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C hello program, compiled with the environment's own mpicc."""
+    from storm.tools import apps
+
+    source = Path(apps.__file__).parent / "hello_mpi.c"
+    binary = tmp_path_factory.mktemp("c") / "hello_mpi"
+    mpicc = Path(sys.executable).parent / "mpicc"
+    subprocess.run([str(mpicc), "-O1", "-o", str(binary), str(source)], check=True, timeout=120)
+    return binary

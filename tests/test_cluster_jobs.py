@@ -1,0 +1,133 @@
+"""End to end: real daemons, real MPI ranks, real signals. One cluster of 2 nodes x 1 PE per module."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from storm.tools.client import Client
+from storm.tools.local_cluster import LocalCluster
+from tests.conftest import poll, python_app, run_job, storm_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_mpi4py_job_spans_two_node_managers(client: Client, tmp_path: Path) -> None:
+    job = run_job(client, python_app("hello"), 2, tmp_path)
+    assert (job.state, job.exit_code) == ("COMPLETED", 0)
+    assert job.nodes == ("node0", "node1")
+    out = (tmp_path / f"storm-{job.id}.out").read_text()
+    assert "hello: OK" in out
+    # Each rank reports the node manager that started it: the two ranks really sit on different nodes.
+    assert re.search(r"rank 0/2 on node0 pid \d+: allreduce=3 \(expected 3\), from left=1", out), out
+    assert re.search(r"rank 1/2 on node1 pid \d+: allreduce=3 \(expected 3\), from left=0", out), out
+
+
+def test_c_program_compiled_with_mpicc(client: Client, tmp_path: Path, hello_c: Path) -> None:
+    job = run_job(client, [str(hello_c)], 2, tmp_path, output=str(tmp_path / "c-%j.out"))
+    assert (job.state, job.exit_code) == ("COMPLETED", 0)
+    out = (tmp_path / f"c-{job.id}.out").read_text()
+    assert "rank 1/2 on node1" in out and "hello: OK" in out
+
+
+def test_cli_submit_wait_prints_id_and_exits_with_job_code(cluster: LocalCluster, tmp_path: Path) -> None:
+    ok = storm_cli(cluster, "submit", "-n", "2", "--wait", "--", *python_app("hello"), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    job_id = int(ok.stdout.strip())
+    assert "hello: OK" in (tmp_path / f"storm-{job_id}.out").read_text()
+    bad = storm_cli(cluster, "submit", "-n", "1", "--wait", "--", "sh", "-c", "exit 7", cwd=tmp_path)
+    assert bad.returncode == 7
+    assert "FAILED" in bad.stderr and "exited with code 7" in bad.stderr
+
+
+def test_per_rank_output_files_and_separate_stderr(client: Client, tmp_path: Path) -> None:
+    script = 'echo "out of rank $STORM_RANK on $STORM_NODE"; echo "err of rank $STORM_RANK" >&2'
+    job = run_job(
+        client, ["sh", "-c", script], 2, tmp_path,
+        output=str(tmp_path / "o-%j-%t.txt"), error=str(tmp_path / "e-%j-%t.txt"),
+    )  # fmt: skip
+    assert job.state == "COMPLETED"
+    for rank, node in ((0, "node0"), (1, "node1")):
+        assert (tmp_path / f"o-{job.id}-{rank}.txt").read_text() == f"out of rank {rank} on {node}\n"
+        assert (tmp_path / f"e-{job.id}-{rank}.txt").read_text() == f"err of rank {rank}\n"
+
+
+def test_failing_rank_fails_job_and_kills_its_peer(client: Client, tmp_path: Path) -> None:
+    # Rank 1 exits with code 3 without MPI_Finalize; rank 0 blocks in a receive that never completes.
+    job = run_job(client, python_app("fail", "--rank", "1", "--code", "3"), 2, tmp_path)
+    assert (job.state, job.exit_code) == ("FAILED", 3)
+    assert "rank 1 exited with code 3" in job.reason and "node1" in job.reason
+    # The no_leaks fixture then checks that rank 0 was killed and that /dev/shm holds nothing of the job.
+
+
+def test_mpi_abort_stops_the_job_with_its_code(client: Client, tmp_path: Path) -> None:
+    code = (
+        "from mpi4py import MPI; import time; c = MPI.COMM_WORLD; c.Barrier(); "
+        "c.Abort(9) if c.rank == 0 else time.sleep(60)"
+    )
+    job = run_job(client, ["python", "-c", code], 2, tmp_path)
+    assert (job.state, job.exit_code) == ("FAILED", 9)
+    assert "MPI_Abort" in job.reason
+
+
+def test_cancel_pending_and_running_jobs(client: Client, tmp_path: Path) -> None:
+    running = client.submit(python_app("spin", "--mpi"), 2, cwd=str(tmp_path))
+    poll(lambda: client.job(running).state == "RUNNING", 30, "the spin job to run")
+    pending = client.submit(python_app("spin"), 2, cwd=str(tmp_path))
+    assert client.job(pending).state == "PENDING"
+    results = client.cancel((pending, running))
+    assert results == {str(pending): "cancelled", str(running): "cancelling"}
+    assert client.job(pending).state == "CANCELLED"
+    done = client.wait(running, timeout=30)
+    assert done.state == "CANCELLED" and done.reason == "cancelled by root"
+    assert done.start_time is not None and client.job(pending).start_time is None
+    assert client.cancel((running,)) == {str(running): "already CANCELLED"}
+
+
+def test_time_limit_ends_job_with_timeout(client: Client, tmp_path: Path) -> None:
+    job = run_job(client, python_app("spin"), 1, tmp_path, time_limit=1.0)
+    assert job.state == "TIMEOUT"
+    assert job.reason == "time limit of 00:00:01 reached"
+    assert job.start_time is not None and job.end_time is not None
+    assert 1.0 <= job.end_time - job.start_time < 1.0 + 10  # limit, plus the grace of the kill
+
+
+def test_missing_program_fails_with_127_and_a_reason(client: Client, tmp_path: Path) -> None:
+    job = run_job(client, ["/nonexistent/program"], 2, tmp_path)
+    assert (job.state, job.exit_code) == ("FAILED", 127)
+    assert "cannot execute /nonexistent/program" in job.reason
+
+
+def test_unwritable_output_fails_the_job_clearly(client: Client, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    job = run_job(client, ["true"], 1, tmp_path, output=str(blocker / "out"))
+    assert job.state == "FAILED"
+    assert "cannot open output file" in job.reason
+
+
+def test_non_mpi_program_runs_on_every_rank(client: Client, tmp_path: Path) -> None:
+    job = run_job(client, ["sh", "-c", "echo $STORM_RANK of $STORM_SIZE"], 2, tmp_path)
+    assert job.state == "COMPLETED"
+    lines = sorted((tmp_path / f"storm-{job.id}.out").read_text().splitlines())
+    assert lines == ["0 of 2", "1 of 2"]
+
+
+def test_each_rank_is_pinned_to_its_pe_and_leads_its_own_process_group(
+    cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    code = (
+        "import os; print(os.environ['STORM_RANK'], os.environ['STORM_NODE'], "
+        "sorted(os.sched_getaffinity(0)), os.getpgrp() == os.getpid(), os.getsid(0) != os.getpid())"
+    )
+    job = run_job(client, ["python", "-c", code], 2, tmp_path)
+    assert job.state == "COMPLETED"
+    cpus = {
+        name: json.loads((cluster.node_dir(name) / "nm.json").read_text())["cpus"]
+        for name in cluster.node_names()
+    }
+    lines = sorted((tmp_path / f"storm-{job.id}.out").read_text().splitlines())
+    assert lines == [f"0 node0 {cpus['node0']} True True", f"1 node1 {cpus['node1']} True True"]
