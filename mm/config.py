@@ -8,7 +8,9 @@ Unknown keys and values of the wrong type are errors that name the key, so a typ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import math
 import os
 import socket
 import tomllib
@@ -93,13 +95,14 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             except ValueError:
                 pass
     elif hint is float:
+        number: float | None = None
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
+            number = float(value)
+        elif isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                number = float(value)
+        if number is not None and math.isfinite(number):
+            return number
     elif hint is str:
         if isinstance(value, str):
             return value
@@ -128,8 +131,15 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError(f"cluster.policy: {config.cluster.policy!r} is not one of {', '.join(POLICIES)}")
     if config.mm.mpl < 1:
         raise ConfigError("mm.mpl must be at least 1")
-    if config.mm.node_timeout <= 0:
-        raise ConfigError("mm.node_timeout must be positive")
+    if config.mm.node_timeout <= 0 or config.mm.kill_timeout <= 0:
+        raise ConfigError("mm.node_timeout and mm.kill_timeout must be positive")
+    if config.mm.default_time_limit < 0:
+        raise ConfigError("mm.default_time_limit must not be negative (0: no limit)")
+    if config.mm.sync.upper() not in ("FULL", "NORMAL", "EXTRA"):
+        raise ConfigError(f"mm.sync: {config.mm.sync!r} is not one of FULL, NORMAL, EXTRA")
+    for where, level in (("mm.log_level", config.mm.log_level), ("nm.log_level", config.nm.log_level)):
+        if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(f"{where}: {level!r} is not one of debug, info, warning, error")
     if config.nm.pes < 0 or config.nm.kill_grace < 0:
         raise ConfigError("nm.pes and nm.kill_grace must not be negative")
 
@@ -151,10 +161,10 @@ def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) 
     hints = typing.get_type_hints(StormConfig)
     built = {}
     for name in sections:
-        values = dict(raw.get(name, {}))
-        if not isinstance(raw.get(name, {}), dict):
+        section = raw.get(name, {})
+        if not isinstance(section, dict):
             raise ConfigError(f"{path}: [{name}] must be a table")
-        values.update((overrides or {}).get(name, {}))
+        values = {**section, **(overrides or {}).get(name, {})}
         built[name] = _section(hints[name], values, name)
     config = StormConfig(**built)
     _validate(config)
@@ -164,17 +174,16 @@ def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) 
 def add_arguments(parser: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
     """One ``--flag`` per setting of the given sections, all defaulting to "not given".
 
-    A [cluster] setting whose name the daemon's own section shares gets a prefix (``--cluster-name``).
+    [cluster] name is ``--cluster-name``, so that ``--name`` always means the node's (storm-nm) name.
     """
     parser.add_argument(
         "--config", type=Path, help=f"configuration file (default {DEFAULT_CONFIG} if present)"
     )
     hints = typing.get_type_hints(StormConfig)
-    names = [f.name for section in sections for f in dataclasses.fields(hints[section])]
     for section in sections:
         group = parser.add_argument_group(f"[{section}] settings")
         for f in dataclasses.fields(hints[section]):
-            flag = f"{section}_{f.name}" if section == "cluster" and names.count(f.name) > 1 else f.name
+            flag = "cluster_name" if (section, f.name) == ("cluster", "name") else f.name
             default = f.default if f.default is not dataclasses.MISSING else []
             group.add_argument(
                 "--" + flag.replace("_", "-"),

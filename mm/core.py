@@ -6,7 +6,12 @@ reached a terminal state, whose waiting clients the daemon answers). The daemon 
 bytes; the simulator and the unit tests drive this class directly.
 
 A job holds its PEs from STARTING until every node it ran on has reported its ranks gone (or is DOWN): a job
-that is being killed keeps its PEs, so a new job never lands on a PE whose old rank still runs.
+that is being killed keeps its PEs, so a new job never lands on a PE whose old rank still runs. For the same
+reason a node that comes back from DOWN takes no new job until it has stopped what it still ran.
+
+When storm ends a job itself (a cancel, a time limit, a failed rank, a lost node) it first records the
+*ending* (the terminal state it is heading for and why) in the store, then tells every node to stop the
+ranks; the job reaches that state once the last node has reported. A restarted MM finishes what it began.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ import secrets
 from dataclasses import dataclass, field
 
 from storm.mm.config import MMConfig
-from storm.mm.jobs import Job, JobSpec, JobState, advance, outcome
+from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration, outcome
 from storm.mm.matrix import Matrix, Placement
-from storm.mm.nodes import DOWN, UP, NodeRegistry
+from storm.mm.nodes import DOWN, NodeRegistry
 from storm.mm.protocol import (
     JobInfo,
     JobLaunched,
@@ -52,32 +57,16 @@ class Rejected(ValueError):
         self.code = code
 
 
-@dataclass(frozen=True)
-class Ending:
-    """Why storm is stopping a job that has not ended by itself."""
-
-    state: JobState
-    exit_code: int | None
-    reason: str
-
-
 @dataclass
 class Tracking:
-    """What the MM knows of an active job's ranks, node by node."""
+    """What the MM knows of an active job's ranks, node by node (memory only: nodes report it again)."""
 
     kvsname: str = ""
     launched: set[str] = field(default_factory=set)
+    # Nodes whose ranks of the job are gone, with their exits (empty for a node that was lost).
     done: dict[str, tuple[RankExit, ...]] = field(default_factory=dict)
-    ending: Ending | None = None
     kill_time: float | None = None
     barriers: dict[int, dict[str, dict[str, str]]] = field(default_factory=dict)
-
-
-def format_duration(seconds: float) -> str:
-    s = round(seconds)
-    days, s = divmod(s, 86400)
-    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-    return f"{days}-{text}" if days else text
 
 
 class Controller:
@@ -101,21 +90,19 @@ class Controller:
         """Rebuild memory from the store: queued jobs wait, placed jobs keep their PEs until nodes report."""
         self.registry.load(self.store.nodes(), now)
         for node in self.registry.all():
-            if node.state == UP:
-                self.matrix.add_node(node.name, node.pes)
+            self.matrix.add_node(node.name, node.pes)  # DOWN ones too: they may come back
         for job in self.store.jobs(active_only=True):
             if job.state is JobState.PENDING:
                 self.pending[job.id] = job
                 continue
             self.active[job.id] = job
-            self.tracking[job.id] = Tracking(
-                launched=set(job.nodes) if job.state is JobState.RUNNING else set()
-            )
-            missing = [n for n in job.nodes if n not in self.matrix.nodes()]
-            if missing:
-                self._node_lost(job, missing[0], f"node {missing[0]} was DOWN when storm-mm restarted", now)
-                continue
+            launched = set(job.nodes) if job.state is JobState.RUNNING else set()
+            self.tracking[job.id] = Tracking(launched=launched, kill_time=now if job.ending else None)
             self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
+        down = {n.name for n in self.registry.all() if n.state == DOWN}
+        for job in list(self.active.values()):
+            for name in down.intersection(job.nodes):
+                self._node_lost(job, name, f"node {name} was DOWN when storm-mm restarted", now)
         if self.pending or self.active:
             log.info("recovered %d queued and %d running jobs", len(self.pending), len(self.active))
 
@@ -134,7 +121,7 @@ class Controller:
         job = self.store.add_job(spec, now)
         self.pending[job.id] = job
         self.schedule(now)
-        return job
+        return self.active.get(job.id) or self.pending.get(job.id) or job
 
     def cancel(self, job_ids: tuple[int, ...], uid: int, user: str, now: float) -> dict[str, str]:
         results: dict[str, str] = {}
@@ -148,10 +135,10 @@ class Controller:
                 results[str(job_id)] = f"already {job.state.value}"
             elif job.state is JobState.PENDING:
                 del self.pending[job_id]
-                self._finish(advance(job, JobState.CANCELLED, now, reason=f"cancelled by {user}"), now)
+                self._finish(advance(job, JobState.CANCELLED, now, reason=f"cancelled by {user}"))
                 results[str(job_id)] = "cancelled"
             else:
-                self._end(job, Ending(JobState.CANCELLED, None, f"cancelled by {user}"), now)
+                self._end(job, JobState.CANCELLED, None, f"cancelled by {user}", now)
                 results[str(job_id)] = "cancelled" if job_id not in self.active else "cancelling"
         self.schedule(now)
         return results
@@ -174,80 +161,102 @@ class Controller:
         return infos
 
     def node_infos(self) -> list[NodeInfo]:
-        used: dict[str, list[int]] = {}
-        for job in self.active.values():
-            for node in job.nodes:
-                used.setdefault(node, []).append(job.id)
+        jobs: dict[str, list[int]] = {}
         pes_used: dict[str, int] = {}
         for job in self.active.values():
-            for node, _pe in job.placement:
-                pes_used[node] = pes_used.get(node, 0) + 1
-        return [
-            NodeInfo(
-                name=n.name,
-                state=n.state,
-                pes=n.pes,
-                pes_used=pes_used.get(n.name, 0),
-                address=n.address,
-                last_seen=n.last_seen,
-                reason=n.reason
-                if n.state == DOWN
-                else ""
-                if n.confirmed
-                else "not registered since storm-mm started",
-                jobs=tuple(used.get(n.name, ())),
+            for name in job.nodes:
+                jobs.setdefault(name, []).append(job.id)
+            for name, _pe in job.placement:
+                pes_used[name] = pes_used.get(name, 0) + 1
+        infos = []
+        for n in sorted(self.registry.all(), key=lambda n: n.name):
+            if n.state == DOWN:
+                reason = n.reason
+            elif not n.confirmed:
+                reason = "not registered since storm-mm started"
+            elif n.stale:
+                reason = f"stopping ended job(s) {', '.join(map(str, sorted(n.stale)))}"
+            else:
+                reason = ""
+            infos.append(
+                NodeInfo(
+                    name=n.name,
+                    state=n.state,
+                    pes=n.pes,
+                    pes_used=pes_used.get(n.name, 0),
+                    address=n.address,
+                    last_seen=n.last_seen,
+                    reason=reason,
+                    jobs=tuple(jobs.get(n.name, ())),
+                )
             )
-            for n in sorted(self.registry.all(), key=lambda n: n.name)
-        ]
+        return infos
 
     # ---------------------------------------------------------------------------------------------- nodes
 
     def register(self, msg: RegisterNode, now: float) -> NodeRegistered:
-        node, _restarted = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now)
+        node = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now)
         try:
             self.matrix.add_node(msg.node, msg.pes)
         except ValueError:
-            log.warning(
-                "node %s now reports %d PEs but jobs occupy it: keeping the old count", msg.node, msg.pes
-            )
+            node.pes = self.matrix.nodes()[msg.node]
+            log.warning("node %s reports %d PEs but jobs occupy its %d: kept", msg.node, msg.pes, node.pes)
         self.store.save_node(node.record())
         listed = set(msg.jobs)
-        stale = tuple(sorted(j for j in listed if j not in self.active))
         for job in list(self.active.values()):
-            track = self.tracking[job.id]
-            if msg.node not in job.nodes or msg.node in track.done:
-                continue
-            if job.id not in listed:
-                self._node_lost(
-                    job, msg.node, f"node {msg.node}: its node manager no longer knows the job", now
-                )
-            elif track.ending is not None:
-                # A kill sent while the node was unreachable was lost: send it again.
-                self.outbox.append((msg.node, KillJob(job_id=job.id, reason=track.ending.reason)))
+            if msg.node in job.nodes and job.id not in listed and msg.node not in self.tracking[job.id].done:
+                reason = f"node {msg.node}: its node manager no longer knows the job"
+                self._node_lost(job, msg.node, reason, now)
+        for job_id in sorted(listed):
+            self._stop_if_over(msg.node, job_id)
         log.info("node %s registered with %d PEs (%s)", msg.node, msg.pes, msg.address or "no address")
         self.schedule(now)
         return NodeRegistered(
             node=msg.node,
             mm_epoch=self.mm_epoch,
             report_interval=self.config.node_timeout / 5,
-            stale_jobs=stale,
+            stale_jobs=tuple(sorted(node.stale)),
         )
 
     def node_status(self, msg: NodeStatus, now: float) -> Reregister | None:
-        if msg.mm_epoch != self.mm_epoch or not self.registry.seen(msg.node, msg.nm_epoch, now):
+        node = self.registry.get(msg.node)
+        if (
+            msg.mm_epoch != self.mm_epoch
+            or node is None
+            or not self.registry.seen(msg.node, msg.nm_epoch, now)
+        ):
             return Reregister(reason="unknown node manager: register first")
+        was_draining = bool(node.stale)
+        node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
         for job_id in msg.jobs:
             job = self.active.get(job_id)
-            if job is None:
+            if job is not None and job.state is JobState.STARTING:
+                self._launched(job, msg.node, now)  # the launch report may have been lost
+            elif self._stop_if_over(msg.node, job_id):
                 self.outbox.append((msg.node, KillJob(job_id=job_id, reason="the job has ended")))
-            elif job.state is JobState.STARTING:
-                # The launch report may have been lost; the status shows the ranks exist.
-                self._launched(job, msg.node, now)
+        if was_draining and not node.stale:
+            self.schedule(now)
         return None
+
+    def _stop_if_over(self, node_name: str, job_id: int) -> bool:
+        """A node still has ranks of a job: remember to stop them if the job is over (or over for that node).
+
+        Returns True when the node must be told (again) to stop the job.
+        """
+        node = self.registry.get(node_name)
+        job = self.active.get(job_id)
+        assert node is not None
+        if job is None or node_name in self.tracking[job_id].done:
+            node.stale.add(job_id)  # ended, or written off on this node: its PEs may be reused elsewhere
+            return True
+        if job.ending is not None:
+            self.outbox.append((node_name, KillJob(job_id=job_id, reason=job.reason)))
+        return False
 
     def job_launched(self, msg: JobLaunched, now: float) -> None:
         job = self.active.get(msg.job_id)
-        if job is None:
+        if job is None or msg.node in self.tracking[job.id].done:
+            self._stop_if_over(msg.node, msg.job_id)
             self.outbox.append((msg.node, KillJob(job_id=msg.job_id, reason="the job has ended")))
             return
         self._launched(job, msg.node, now)
@@ -263,21 +272,21 @@ class Controller:
     def rank_failed(self, msg: RankFailed, now: float) -> None:
         job = self.active.get(msg.job_id)
         if job is not None:
-            self._end(
-                job, Ending(JobState.FAILED, msg.exit.status, f"{msg.exit.describe()} on {msg.node}"), now
-            )
+            self._end(job, JobState.FAILED, msg.exit.status, f"{msg.exit.describe()} on {msg.node}", now)
 
     def job_node_done(self, msg: JobNodeDone, now: float) -> None:
+        node = self.registry.get(msg.node)
         job = self.active.get(msg.job_id)
-        if job is None or msg.node not in job.nodes:
-            return  # already recorded: this is a re-sent report
-        track = self.tracking[job.id]
-        track.done[msg.node] = msg.exits
+        if job is None or msg.node not in job.nodes or msg.node in self.tracking[job.id].done:
+            if node is not None and msg.job_id in node.stale:
+                node.stale.discard(msg.job_id)
+                if not node.stale:
+                    self.schedule(now)
+            return  # a re-sent report, or the last word from a node that was written off
+        self.tracking[job.id].done[msg.node] = msg.exits
         failed = [e for e in msg.exits if e.failed]
-        if failed and track.ending is None:
-            self._end(
-                job, Ending(JobState.FAILED, failed[0].status, f"{failed[0].describe()} on {msg.node}"), now
-            )
+        if failed:
+            self._end(job, JobState.FAILED, failed[0].status, f"{failed[0].describe()} on {msg.node}", now)
         self._maybe_finish(job.id, now)
 
     def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> None:
@@ -309,10 +318,10 @@ class Controller:
             track = self.tracking[job.id]
             limit = job.spec.time_limit
             started = job.start_time
-            if track.ending is None and limit is not None and started is not None and now - started > limit:
+            if job.ending is None and limit is not None and started is not None and now - started > limit:
                 reason = f"time limit of {format_duration(limit)} reached"
-                self._end(job, Ending(JobState.TIMEOUT, None, reason), now)
-            if track.kill_time is not None and now - track.kill_time > self.config.kill_timeout:
+                self._end(job, JobState.TIMEOUT, None, reason, now)
+            elif track.kill_time is not None and now - track.kill_time > self.config.kill_timeout:
                 for name in job.nodes:
                     if name not in track.done:
                         log.error("job %d: node %s did not confirm its ranks stopped", job.id, name)
@@ -345,45 +354,35 @@ class Controller:
         track = Tracking(kvsname=f"storm_{job.id}_{secrets.token_hex(4)}")
         self.active[job.id] = job
         self.tracking[job.id] = track
-        counts = [sum(1 for n, _ in placement.pes if n == node) for node in placement.nodes]
+        counts = tuple(sum(1 for n, _ in placement.pes if n == node) for node in placement.nodes)
+        spec = job.spec
         for index, node in enumerate(placement.nodes):
             slots = tuple(RankSlot(rank=r, pe=pe) for r, (n, pe) in enumerate(placement.pes) if n == node)
-            spec = job.spec
             launch = LaunchJob(
-                job_id=job.id,
-                name=spec.name,
-                kvsname=track.kvsname,
-                size=spec.ranks,
-                node_index=index,
-                ranks_per_node=tuple(counts),
-                slots=slots,
-                argv=spec.argv,
-                cwd=spec.cwd,
-                env=spec.env,
-                uid=spec.uid,
-                gid=spec.gid,
-                user=spec.user,
-                output=spec.output,
-                error=spec.error,
-            )
+                job_id=job.id, name=spec.name, kvsname=track.kvsname, size=spec.ranks, node_index=index,
+                ranks_per_node=counts, slots=slots, argv=spec.argv, cwd=spec.cwd, env=spec.env,
+                uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output, error=spec.error,
+            )  # fmt: skip
             self.outbox.append((node, launch))
         log.info("job %d started on %s", job.id, ",".join(placement.nodes))
 
     def _node_lost(self, job: Job, node: str, reason: str, now: float) -> None:
-        track = self.tracking[job.id]
-        track.done.setdefault(node, (RankExit(rank=0, error=reason),))
-        self._end(job, Ending(JobState.NODE_FAIL, None, reason), now)
+        """The node's ranks of the job are written off: nothing more is expected from it."""
+        self.tracking[job.id].done.setdefault(node, ())
+        self._end(job, JobState.NODE_FAIL, None, reason, now)
 
-    def _end(self, job: Job, ending: Ending, now: float) -> None:
-        """Stop a job everywhere; the first reason given is the one that counts."""
+    def _end(self, job: Job, state: JobState, exit_code: int | None, reason: str, now: float) -> None:
+        """Stop a job everywhere. The first ending is the one that counts; it is stored before any kill."""
         track = self.tracking[job.id]
-        if track.ending is None:
-            track.ending = ending
+        if job.ending is None:
+            job = dataclasses.replace(job, ending=state, exit_code=exit_code, reason=reason)
+            self.store.save_job(job)
+            self.active[job.id] = job
             track.kill_time = now
-            log.info("job %d ending: %s", job.id, ending.reason)
+            log.info("job %d ending %s: %s", job.id, state.value, reason)
         for node in job.nodes:
             if node not in track.done:
-                self.outbox.append((node, KillJob(job_id=job.id, reason=ending.reason)))
+                self.outbox.append((node, KillJob(job_id=job.id, reason=job.reason)))
         self._maybe_finish(job.id, now)
 
     def _maybe_finish(self, job_id: int, now: float) -> None:
@@ -394,8 +393,8 @@ class Controller:
         if not set(track.done) >= set(job.nodes):
             return
         exits = [e for node in job.nodes for e in track.done[node]]
-        if track.ending is not None:
-            state, code, reason = track.ending.state, track.ending.exit_code, track.ending.reason
+        if job.ending is not None:
+            state, code, reason = job.ending, job.exit_code, job.reason
             if code is None:
                 code = next((e.status for e in exits if e.failed), None)
         else:
@@ -403,10 +402,10 @@ class Controller:
         del self.active[job_id]
         del self.tracking[job_id]
         self.matrix.release(job_id)
-        self._finish(advance(job, state, now, exit_code=code, reason=reason), now)
+        self._finish(advance(job, state, now, exit_code=code, reason=reason))
         self.schedule(now)  # its PEs are free: start what waited for them now, not at the next tick
 
-    def _finish(self, job: Job, now: float) -> None:
+    def _finish(self, job: Job) -> None:
         self.store.save_job(job)
         self.ended.append(job)
         log.info("job %d %s%s", job.id, job.state.value, f": {job.reason}" if job.reason else "")

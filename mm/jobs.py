@@ -85,6 +85,9 @@ class Job:
     # Rank i runs on placement[i] = (node, pe); empty until the job is placed.
     placement: tuple[tuple[str, int], ...] = ()
     row: int | None = None
+    # The terminal state storm is taking the job to (cancel, time limit, failure, lost node): kept in the
+    # store, with ``reason`` and ``exit_code``, so that a restarted MM finishes what it began.
+    ending: JobState | None = None
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -140,6 +143,17 @@ def outcome(exits: list[RankExit]) -> tuple[JobState, int, str]:
         if exit_.failed:
             return JobState.FAILED, exit_.status, exit_.describe()
     return JobState.COMPLETED, 0, ""
+
+
+def format_duration(seconds: float | None) -> str:
+    """Slurm's style: H:MM:SS, or D-HH:MM:SS from a day on; '-' for none."""
+    if seconds is None:
+        return "-"
+    s = max(0, round(seconds))
+    days, s = divmod(s, 86400)
+    if days:
+        return f"{days}-{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def expand_path(

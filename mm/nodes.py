@@ -3,11 +3,12 @@
 A node is UP while its NM keeps reporting; after ``timeout`` seconds of silence it is DOWN. A node loaded
 from the store after an MM restart keeps its last state but is not *confirmed* until its NM registers with
 this MM: no new job is placed on an unconfirmed node, and one that never comes back times out as usual.
+Nor is a new job placed on a node that is still stopping ranks of jobs that already ended (``stale``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from storm.mm.store import NodeRecord
 
@@ -25,6 +26,7 @@ class Node:
     reason: str = ""
     nm_epoch: str = ""
     confirmed: bool = False
+    stale: set[int] = field(default_factory=set)
 
     def record(self) -> NodeRecord:
         return NodeRecord(
@@ -49,10 +51,8 @@ class NodeRegistry:
                 name=r.name, pes=r.pes, state=r.state, last_seen=now, address=r.address, reason=r.reason
             )
 
-    def register(self, name: str, pes: int, nm_epoch: str, address: str, now: float) -> tuple[Node, bool]:
-        """Record a registration; the flag says whether the NM is a different process than before."""
+    def register(self, name: str, pes: int, nm_epoch: str, address: str, now: float) -> Node:
         node = self._nodes.get(name)
-        restarted = node is None or node.nm_epoch != nm_epoch
         if node is None:
             node = Node(name=name, pes=pes, state=UP, last_seen=now)
             self._nodes[name] = node
@@ -63,7 +63,8 @@ class NodeRegistry:
         node.nm_epoch = nm_epoch
         node.last_seen = now
         node.confirmed = True
-        return node, restarted
+        node.stale = set()  # the registration lists what the node still runs; the MM decides afresh
+        return node
 
     def seen(self, name: str, nm_epoch: str, now: float) -> bool:
         """A status report arrived; False when the sender must register again first."""
@@ -91,4 +92,4 @@ class NodeRegistry:
         return list(self._nodes.values())
 
     def usable(self) -> set[str]:
-        return {n.name for n in self._nodes.values() if n.state == UP and n.confirmed}
+        return {n.name for n in self._nodes.values() if n.state == UP and n.confirmed and not n.stale}

@@ -606,8 +606,10 @@ def error_for(request: Message | None, code: str, text: str) -> Error:
 
 def peek_req(data: bytes) -> int:
     """The ``req`` of a message that failed to decode, if it can be found, so the error reaches its waiter."""
+    if len(data) > MAX_CLIENT_MESSAGE:
+        return 0
     try:
-        body = msgpack.unpackb(data, raw=False)
+        body = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception:
         return 0
     req = body.get("req") if type(body) is dict else None

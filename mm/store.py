@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     exit_code INTEGER,
     reason TEXT NOT NULL DEFAULT '',
     placement BLOB NOT NULL,
-    row INTEGER
+    row INTEGER,
+    ending TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN ('PENDING', 'STARTING', 'RUNNING');
@@ -45,7 +46,7 @@ CREATE TABLE IF NOT EXISTS nodes (
 );
 """
 
-_JOB_COLUMNS = "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row"
+_JOB_COLUMNS = "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row, ending"
 
 
 class StoreError(RuntimeError):
@@ -88,7 +89,7 @@ def _unpack_spec(blob: bytes) -> JobSpec:
 
 
 def _row_to_job(row: tuple[object, ...]) -> Job:
-    (job_id, state, spec, submit, start, end, code, reason, placement, mrow) = row
+    (job_id, state, spec, submit, start, end, code, reason, placement, mrow, ending) = row
     assert isinstance(spec, bytes) and isinstance(placement, bytes)
     return Job(
         id=int(job_id),  # type: ignore[call-overload]
@@ -101,6 +102,7 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
         reason=str(reason),
         placement=tuple((str(n), int(p)) for n, p in msgpack.unpackb(placement)),
         row=None if mrow is None else int(mrow),  # type: ignore[call-overload]
+        ending=None if ending is None else JobState(str(ending)),
     )
 
 
@@ -112,20 +114,34 @@ class Store:
         self.path = path
         # Autocommit mode: transactions are explicit (see `transaction`), so a commit is never implicit.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        self._db.execute("PRAGMA busy_timeout=5000")
         self._depth = 0
-        self._db.executescript(_SCHEMA)
-        version = self.get_meta("schema_version")
+        try:
+            self._open(synchronous.upper())
+        except BaseException:
+            self._db.close()  # a connection is in a reference cycle: only closing it frees the files now
+            raise
+
+    def _open(self, synchronous: str) -> None:
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+            version = self.get_meta("schema_version")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a storm job store: {exc}") from None
         if version is None:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif int(version) != SCHEMA_VERSION:
-            raise StoreError(f"{path}: schema version {version}, this storm-mm reads {SCHEMA_VERSION}")
+        elif version != str(SCHEMA_VERSION):
+            raise StoreError(f"{self.path}: schema version {version}, this storm-mm reads {SCHEMA_VERSION}")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """Group several writes into one durable commit (nested uses join the outer one)."""
+        """Group several writes into one durable commit (nested uses join the outer one).
+
+        An exception that leaves the outermost block rolls everything back; one caught inside an inner
+        block does not undo that block's writes (there are no savepoints).
+        """
         depth = self._depth
         if depth == 0:
             self._db.execute("BEGIN IMMEDIATE")
@@ -174,7 +190,7 @@ class Store:
         with self.transaction():
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, start_time = ?, end_time = ?, exit_code = ?, reason = ?, "
-                "placement = ?, row = ? WHERE id = ?",
+                "placement = ?, row = ?, ending = ? WHERE id = ?",
                 (
                     job.state.value,
                     job.start_time,
@@ -183,6 +199,7 @@ class Store:
                     job.reason,
                     msgpack.packb([list(p) for p in job.placement]),
                     job.row,
+                    None if job.ending is None else job.ending.value,
                     job.id,
                 ),
             )

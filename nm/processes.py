@@ -39,7 +39,8 @@ class Processes(Protocol):
         ...
 
     def start_time(self, pid: int) -> int | None:
-        """The kernel's start time of a process (clock ticks since boot), to tell a pid from its reuse."""
+        """The kernel's start time of a live process (clock ticks since boot), to tell a pid from its
+        reuse; None if there is no such process or it has ended."""
         ...
 
     def session_members(self, sid: int) -> list[int]:
@@ -91,7 +92,9 @@ class LinuxProcesses:
 
     def start_time(self, pid: int) -> int | None:
         fields = _stat_fields(pid)
-        return None if fields is None else int(fields[19])
+        if fields is None or fields[0] == "Z":
+            return None  # a zombie has ended; only its parent's wait is missing
+        return int(fields[19])
 
     def session_members(self, sid: int) -> list[int]:
         members = []

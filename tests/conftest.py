@@ -21,6 +21,7 @@ import pytest
 import zmq
 
 from storm.mm import protocol as p
+from storm.mm.store import Store
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 
@@ -99,6 +100,14 @@ def no_leaks() -> Iterator[None]:
         left = {fd: describe_fd(fd) for fd in sorted(open_fds() - fds)}
         problems.append(f"file descriptors left open: {left}")
     assert not problems, "; ".join(problems)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A real job store in a fresh SQLite file."""
+    s = Store(tmp_path / "storm.db")
+    yield s
+    s.close()
 
 
 # ---------------------------------------------------------------------------------------------- clusters

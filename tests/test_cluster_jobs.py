@@ -90,7 +90,7 @@ def test_cancel_pending_and_running_jobs(client: Client, tmp_path: Path) -> None
 def test_time_limit_ends_job_with_timeout(client: Client, tmp_path: Path) -> None:
     job = run_job(client, python_app("spin"), 1, tmp_path, time_limit=1.0)
     assert job.state == "TIMEOUT"
-    assert job.reason == "time limit of 00:00:01 reached"
+    assert job.reason == "time limit of 0:00:01 reached"
     assert job.start_time is not None and job.end_time is not None
     assert 1.0 <= job.end_time - job.start_time < 1.0 + 10  # limit, plus the grace of the kill
 

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.jobs import WAIT_EXIT_CODES, JobState, expand_path
+from storm.mm.jobs import WAIT_EXIT_CODES, JobState, expand_path, format_duration
 from storm.tools.client import Client, ClientError, default_local_dir
 
 
@@ -33,31 +34,25 @@ def parse_time_limit(text: str) -> float:
     text = text.strip()
     suffixed = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text)
     if suffixed:
-        return float(suffixed[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[suffixed[2]]
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
-    if not match:
-        raise UsageError(f"invalid time limit {text!r}: use minutes, M:S, H:M:S, D-H:M:S, or 30s/5m/2h/1d")
-    days, a, b, c = match.groups()
-    if days is not None:  # D-H, D-H:M, D-H:M:S
-        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
-    elif c is not None:  # H:M:S
-        seconds = int(a) * 3600 + int(b) * 60 + int(c)
-    elif b is not None:  # M:S
-        seconds = int(a) * 60 + int(b)
-    else:  # minutes
-        seconds = int(a) * 60
+        seconds = float(suffixed[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[suffixed[2]]
+    else:
+        match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+        if not match:
+            raise UsageError(
+                f"invalid time limit {text!r}: use minutes, M:S, H:M:S, D-H:M:S, or 30s/5m/2h/1d"
+            )
+        days, a, b, c = match.groups()
+        if days is not None:  # D-H, D-H:M, D-H:M:S
+            seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+        elif c is not None:  # H:M:S
+            seconds = int(a) * 3600 + int(b) * 60 + int(c)
+        elif b is not None:  # M:S
+            seconds = int(a) * 60 + int(b)
+        else:  # minutes
+            seconds = int(a) * 60
     if seconds <= 0:
         raise UsageError("a time limit must be positive")
     return float(seconds)
-
-
-def format_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = max(0, round(seconds))
-    days, s = divmod(s, 86400)
-    text = f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-    return f"{days}-{text}" if days else text
 
 
 def format_clock(stamp: float | None) -> str:
@@ -96,25 +91,27 @@ def check_command(argv: list[str], env: dict[str, str], cwd: str) -> None:
         raise UsageError(f"{program}: command not found in PATH")
 
 
-def prepare_outputs(pattern: str, ranks: int, cwd: str) -> str:
+def prepare_outputs(pattern: str, ranks: int, cwd: str, user: str, name: str) -> str:
     """Make the output path absolute; truncate files whose names are known now (Slurm's open mode).
 
     Names that depend on the job id (%j) or node (%N) are created by the job shells, in append mode.
     """
     path = pattern if os.path.isabs(pattern) else os.path.join(cwd, pattern)
     directory = os.path.dirname(path) or "/"
-    if not os.path.isdir(directory):
+    if not os.path.exists(directory):
         raise UsageError(f"output directory {directory} does not exist")
+    if not os.path.isdir(directory):
+        raise UsageError(f"output directory {directory} is not a directory")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise UsageError(f"output directory {directory} is not writable")
     if "%j" not in path and "%N" not in path:
-        names = {expand_path(path, job_id=0, user="", name="", rank=r) for r in range(ranks)}
-        for name in names:
+        names = {expand_path(path, job_id=0, user=user, name=name, rank=r) for r in range(ranks)}
+        for file in names:
             try:
-                with open(name, "w"):
+                with open(file, "w"):
                     pass
             except OSError as exc:
-                raise UsageError(f"cannot write output file {name}: {exc.strerror}") from None
+                raise UsageError(f"cannot write output file {file}: {exc.strerror}") from None
     return path
 
 
@@ -130,13 +127,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     check_command(argv, env, cwd)
     time_limit = parse_time_limit(args.time) if args.time else None
-    output = prepare_outputs(args.output or "storm-%j.out", args.ranks, cwd)
-    error = prepare_outputs(args.error, args.ranks, cwd) if args.error else ""
+    name = args.name or os.path.basename(argv[0])
+    user = pwd.getpwuid(os.getuid()).pw_name
+    output = prepare_outputs(args.output or "storm-%j.out", args.ranks, cwd, user, name)
+    error = prepare_outputs(args.error, args.ranks, cwd, user, name) if args.error else ""
     with Client(args.mm) as client:
         job_id = client.submit(
-            argv, args.ranks, cwd=cwd, env=env, name=args.name or "", time_limit=time_limit,
-            output=output, error=error,
-        )  # fmt: skip
+            argv, args.ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error
+        )
         print(job_id, flush=True)
         if not args.wait:
             return 0
@@ -167,8 +165,8 @@ def cmd_queue(args: argparse.Namespace) -> int:
     now = time.time()
     rows = [
         (
-            j.id, j.name[:20], j.user, j.state, j.ranks, format_seconds(elapsed(j, now)),
-            format_seconds(j.time_limit), ",".join(j.nodes) or "-",
+            j.id, j.name[:20], j.user, j.state, j.ranks, format_duration(elapsed(j, now)),
+            format_duration(j.time_limit), ",".join(j.nodes) or "-",
             "-" if j.exit_code is None else j.exit_code, j.reason or "-",
         )
         for j in jobs
@@ -199,7 +197,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("State", job.state), ("Reason", job.reason or "-"),
                 ("ExitCode", "-" if job.exit_code is None else job.exit_code),
                 ("Ranks", job.ranks), ("Nodes", ",".join(job.nodes) or "-"),
-                ("TimeLimit", format_seconds(job.time_limit)), ("RunTime", format_seconds(elapsed(job, now))),
+                ("TimeLimit", format_duration(job.time_limit)),
+                ("RunTime", format_duration(elapsed(job, now))),
                 ("SubmitTime", format_clock(job.submit_time)), ("StartTime", format_clock(job.start_time)),
                 ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
                 ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
@@ -347,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status: int = args.func(args)
-    except UsageError as exc:
+    except (UsageError, p.ProtocolError) as exc:
         print(f"storm {args.cmd}: {exc}", file=sys.stderr)
         return 2
     except ClientError as exc:

@@ -1,0 +1,243 @@
+"""The storm CLI's pure helpers and argument handling: nothing here talks to a machine manager."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from storm.mm.jobs import format_duration
+from storm.tools import cli
+from storm.tools.cli import (
+    UsageError,
+    check_command,
+    parse_time_limit,
+    prepare_outputs,
+    table,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("5", 300),
+        (" 5 ", 300),
+        ("1:30", 90),
+        ("0:45", 45),
+        ("1:00:00", 3600),
+        ("0:0:1", 1),
+        ("2-0", 2 * 86400),
+        ("2-1:30", 2 * 86400 + 3600 + 30 * 60),
+        ("1-0:0:5", 86400 + 5),
+        ("0-1", 3600),
+        ("30s", 30),
+        ("5m", 300),
+        ("1.5h", 5400),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("0.5s", 0.5),
+    ],
+)
+def test_parse_time_limit(text: str, seconds: float) -> None:
+    result = parse_time_limit(text)
+    assert result == seconds and type(result) is float
+
+
+BAD_LIMITS = ["", "  ", "abc", "0", "0:00", "0-0", "-5", "1:2:3:4", "5x", "1.5", "m5", "1h30m"]
+
+
+@pytest.mark.parametrize("text", BAD_LIMITS)
+def test_parse_time_limit_rejects(text: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_time_limit(text)
+    assert "time limit" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["0s", "0m", "0.0h"])
+def test_parse_time_limit_rejects_zero_with_a_unit(text: str) -> None:
+    with pytest.raises(UsageError, match="must be positive"):
+        parse_time_limit(text)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "-"),
+        (0, "0:00:00"),
+        (59.4, "0:00:59"),
+        (59.6, "0:01:00"),
+        (3661, "1:01:01"),
+        (86399, "23:59:59"),
+        (86400, "1-00:00:00"),
+        (2 * 86400 + 3 * 3600 + 4 * 60 + 5, "2-03:04:05"),
+        (-3, "0:00:00"),
+    ],
+)
+def test_format_duration(seconds: float | None, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_format_duration_reads_back_as_the_same_limit() -> None:
+    for seconds in (90.0, 3600.0, 86400.0 + 5, 3 * 86400 + 7200 + 180 + 1):
+        assert parse_time_limit(format_duration(seconds)) == seconds
+
+
+def test_table() -> None:
+    text = table(("ID", "NAME", "X"), [(1, "alpha", None), (1234, "b", "")])
+    assert text.splitlines() == [
+        "ID    NAME   X",
+        "1     alpha  None",
+        "1234  b",  # trailing blanks are stripped
+    ]
+    assert table(("A", "BB"), []) == "A  BB"
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def make_file(path: Path, mode: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(mode)
+    return path
+
+
+def test_check_command_absolute_paths(tmp_path: Path) -> None:
+    tool = make_file(tmp_path / "tool", 0o755)
+    check_command([str(tool)], {}, "/")
+    with pytest.raises(UsageError, match=f"^{re.escape(str(tmp_path))}/missing: no such file$"):
+        check_command([str(tmp_path / "missing")], {}, "/")
+    with pytest.raises(UsageError, match="no such file"):
+        check_command([str(tmp_path)], {}, "/")  # a directory is not a program
+    plain = make_file(tmp_path / "data", 0o644)
+    with pytest.raises(UsageError, match=f"^{re.escape(str(plain))}: not executable$"):
+        check_command([str(plain)], {}, "/")
+
+
+def test_check_command_relative_path_against_cwd(tmp_path: Path) -> None:
+    make_file(tmp_path / "bin" / "run", 0o700)
+    check_command(["bin/run"], {}, str(tmp_path))
+    check_command(["./bin/run"], {}, str(tmp_path))
+    with pytest.raises(UsageError, match=r"^bin/run: no such file$"):
+        check_command(["bin/run"], {}, "/")
+
+
+def test_check_command_searches_the_given_path(tmp_path: Path) -> None:
+    make_file(tmp_path / "bin" / "mytool", 0o755)
+    make_file(tmp_path / "other" / "noexec", 0o644)
+    path = f"{tmp_path / 'other'}{os.pathsep}{tmp_path / 'bin'}"
+    check_command(["mytool", "--flag"], {"PATH": path}, "/")
+    with pytest.raises(UsageError, match=r"^mytool: command not found in PATH$"):
+        check_command(["mytool"], {"PATH": str(tmp_path / "other")}, "/")
+    with pytest.raises(UsageError, match="command not found"):
+        check_command(["noexec"], {"PATH": path}, "/")
+    with pytest.raises(UsageError, match="command not found"):
+        check_command(["mytool"], {"PATH": ""}, str(tmp_path / "bin"))
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+
+
+def test_prepare_outputs_makes_the_path_absolute_and_truncates(tmp_path: Path) -> None:
+    old = tmp_path / "out.txt"
+    old.write_text("previous run\n")
+    assert prepare_outputs("out.txt", 4, str(tmp_path), "alice", "job") == str(old)
+    assert old.read_text() == ""
+    absolute = tmp_path / "sub" / "abs.txt"
+    absolute.parent.mkdir()
+    assert prepare_outputs(str(absolute), 1, "/", "alice", "job") == str(absolute)
+    assert absolute.exists()
+
+
+def test_prepare_outputs_per_rank_files(tmp_path: Path) -> None:
+    (tmp_path / "r1.log").write_text("old")
+    assert prepare_outputs("r%t.log", 3, str(tmp_path), "alice", "job") == str(tmp_path / "r%t.log")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r0.log", "r1.log", "r2.log"]
+    assert (tmp_path / "r1.log").read_text() == ""
+
+
+@pytest.mark.parametrize("pattern", ["storm-%j.out", "out-%N.txt", "%j.%t"])
+def test_prepare_outputs_leaves_unknown_names_to_the_job(tmp_path: Path, pattern: str) -> None:
+    assert prepare_outputs(pattern, 2, str(tmp_path), "alice", "job") == str(tmp_path / pattern)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name"), [("out-%u.txt", "out-alice.txt"), ("out-%x.txt", "out-job.txt")]
+)
+def test_prepare_outputs_names_files_for_the_user_and_job(tmp_path: Path, pattern: str, name: str) -> None:
+    (tmp_path / name).write_text("old")
+    prepare_outputs(pattern, 1, str(tmp_path), "alice", "job")
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+    assert (tmp_path / name).read_text() == ""
+
+
+def test_prepare_outputs_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(UsageError, match=f"^output directory {tmp_path}/nope does not exist$"):
+        prepare_outputs("nope/out", 1, str(tmp_path), "alice", "job")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=f"^output directory {tmp_path}/file is not a directory$"):
+        prepare_outputs(str(tmp_path / "file" / "out"), 1, "/", "alice", "job")
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(UsageError, match=f"^cannot write output file {tmp_path}/adir: Is a directory$"):
+        prepare_outputs("adir", 1, str(tmp_path), "alice", "job")
+    # Tests run as root, for whom every directory is writable: pretend otherwise.
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)
+    with pytest.raises(UsageError, match=f"^output directory {tmp_path} is not writable$"):
+        prepare_outputs("out", 1, str(tmp_path), "alice", "job")
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------- parser
+
+
+def test_parser_submit() -> None:
+    argv = ["submit", "-n", "4", "-t", "5m", "-J", "x", "-W", "--", "prog", "-n", "1"]
+    args = cli.build_parser().parse_args(argv)
+    assert (args.cmd, args.ranks, args.time, args.name, args.wait) == ("submit", 4, "5m", "x", True)
+    assert args.command == ["--", "prog", "-n", "1"]  # the command's own options stay its own
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["submit", "--", "true"], "the following arguments are required: -n/--ranks"),
+        (["submit", "-n", "two", "--", "true"], "invalid int value: 'two'"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        ([], "the following arguments are required: COMMAND"),
+        (["show"], "the following arguments are required: JOBID"),
+        (["cancel", "x"], "invalid int value: 'x'"),
+        (["local", "sideways"], "invalid choice: 'sideways'"),
+    ],
+)
+def test_parser_usage_errors(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.build_parser().parse_args(argv)
+    assert info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_main_refuses_zero_ranks_before_contacting_the_mm(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["submit", "-n", "0", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err == "storm submit: -n must be at least 1, not 0\n"
+
+
+@pytest.mark.parametrize("argv", [["submit", "-n", "1"], ["submit", "-n", "1", "--"]])
+def test_main_refuses_a_missing_command(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    assert "storm submit: a command is required" in capsys.readouterr().err
+
+
+def test_main_refuses_a_command_that_cannot_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["submit", "-n", "1", "--", "no-such-program-here"]) == 2
+    assert capsys.readouterr().err == "storm submit: no-such-program-here: command not found in PATH\n"
+    assert cli.main(["submit", "-n", "1", "-t", "soon", "--", "/bin/sh"]) == 2
+    assert "invalid time limit 'soon'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing was created for a refused job

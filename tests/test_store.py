@@ -1,0 +1,230 @@
+"""The SQLite job store, on real files: durability settings, round trips across restarts, transactions."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from storm.mm.jobs import Job, JobSpec, JobState, advance
+from storm.mm.store import SCHEMA_VERSION, NodeRecord, Store, StoreError
+
+Opener = Callable[..., Store]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "storm.db"  # the parent directory does not exist yet
+
+
+@pytest.fixture
+def open_store() -> Iterator[Opener]:
+    """Open stores that are all closed at the end of the test, even when it fails."""
+    opened: list[Store] = []
+
+    def open_(path: Path, synchronous: str = "FULL") -> Store:
+        store = Store(path, synchronous)
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        store.close()
+
+
+def spec(n: int = 1, **changes: object) -> JobSpec:
+    values: dict[str, object] = {
+        "name": f"job{n}", "uid": 1000 + n, "gid": 100, "user": "alice", "ranks": n, "argv": ("/bin/x", "é"),
+        "cwd": "/home/alice", "env": {"PATH": "/bin", "LANG": "C.UTF-8"}, "time_limit": 60.5,
+        "output": "/o/%j", "error": "/e/%t",
+    }  # fmt: skip
+    values.update(changes)
+    return JobSpec(**values)  # type: ignore[arg-type]
+
+
+def peek(path: Path, query: str) -> list[tuple[object, ...]]:
+    """What another process reading the file would see."""
+    with closing(sqlite3.connect(path)) as other:
+        return other.execute(query).fetchall()
+
+
+def pragma(store: Store, name: str) -> object:
+    return store._db.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+@pytest.mark.parametrize(("setting", "level"), [("FULL", 2), ("NORMAL", 1), ("EXTRA", 3), ("normal", 1)])
+def test_wal_and_synchronous(db: Path, open_store: Opener, setting: str, level: int) -> None:
+    store = open_store(db, setting)
+    assert pragma(store, "journal_mode") == "wal"
+    assert pragma(store, "synchronous") == level
+    assert db.exists() and db.parent.is_dir()
+    assert peek(db, "PRAGMA journal_mode") == [("wal",)]  # persistent in the file itself
+
+
+@pytest.mark.parametrize("setting", ["OFF", "", "full; DROP TABLE jobs", "2"])
+def test_bad_synchronous_is_refused(db: Path, setting: str) -> None:
+    with pytest.raises(StoreError, match="synchronous must be FULL, NORMAL or EXTRA"):
+        Store(db, setting)
+    assert not db.exists()
+
+
+def test_add_job_assigns_increasing_ids(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    jobs = [store.add_job(spec(n), now=100.0 + n) for n in range(1, 5)]
+    ids = [j.id for j in jobs]
+    assert ids == sorted(ids) and len(set(ids)) == 4 and ids[0] >= 1
+    assert all(j.state is JobState.PENDING for j in jobs)
+    assert jobs[2] == Job(id=ids[2], spec=spec(3), state=JobState.PENDING, submit_time=103.0)
+    assert store.jobs() == jobs
+
+
+def test_ids_are_not_reused_after_a_restart(db: Path, open_store: Opener) -> None:
+    first = open_store(db).add_job(spec(), 1.0)
+    second = open_store(db).add_job(spec(), 2.0)
+    assert second.id > first.id
+
+
+def test_every_field_survives_a_restart(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    finished = store.add_job(spec(1), 10.0)
+    running = store.add_job(spec(2, time_limit=None, env={}, output="", error=""), 11.0)
+    pending = store.add_job(spec(3), 12.0)
+    finished = advance(finished, JobState.STARTING, 20.0, placement=(("n1", 0),), row=0)
+    finished = advance(finished, JobState.RUNNING, 21.0)
+    finished = advance(finished, JobState.FAILED, 30.5, exit_code=137, reason="rank 0 killed by signal 9")
+    running = advance(running, JobState.STARTING, 22.0, placement=(("n10", 3), ("n2", 0)), row=2)
+    running = advance(running, JobState.RUNNING, 23.0)
+    store.save_job(finished)
+    store.save_job(running)
+    store.close()
+
+    again = open_store(db)
+    assert again.get_job(finished.id) == finished
+    assert again.get_job(running.id) == running
+    assert again.get_job(pending.id) == pending
+    assert again.jobs() == [finished, running, pending]
+    loaded = again.get_job(running.id)
+    assert loaded is not None
+    assert loaded.spec.time_limit is None and loaded.spec.argv == ("/bin/x", "é")
+    assert loaded.placement == (("n10", 3), ("n2", 0)) and loaded.row == 2
+    assert again.get_meta("schema_version") == str(SCHEMA_VERSION)
+
+
+def test_active_only_and_by_id(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    a, b, c, d = (store.add_job(spec(n), float(n)) for n in range(1, 5))
+    b = advance(b, JobState.STARTING, 5.0, placement=(("n1", 0),), row=0)
+    c = advance(advance(c, JobState.STARTING, 5.0), JobState.RUNNING, 6.0)
+    d = advance(d, JobState.CANCELLED, 7.0)
+    for job in (b, c, d):
+        store.save_job(job)
+    assert [j.id for j in store.jobs(active_only=True)] == [a.id, b.id, c.id]
+    assert store.jobs(active_only=True) == [a, b, c]
+    assert [j.id for j in store.jobs()] == [a.id, b.id, c.id, d.id]
+    assert store.jobs([d.id, 999, a.id]) == [d, a]
+    assert store.jobs([]) == []
+
+
+def test_unknown_jobs(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    assert store.get_job(1) is None
+    ghost = Job(id=7, spec=spec(), state=JobState.PENDING, submit_time=0.0)
+    with pytest.raises(StoreError, match="job 7 is not in the store"):
+        store.save_job(ghost)
+    assert store.jobs() == []
+    store.add_job(spec(), 1.0)  # the failed save left no transaction open
+
+
+def test_nested_transactions_commit_once_at_the_outer_end(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    with store.transaction():
+        first = store.add_job(spec(1), 1.0)  # add_job opens its own (nested) transaction
+        with store.transaction():
+            second = store.add_job(spec(2), 2.0)
+        assert peek(db, "SELECT id FROM jobs") == []  # not committed yet, not even the inner part
+    assert peek(db, "SELECT id FROM jobs ORDER BY id") == [(first.id,), (second.id,)]
+    assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")] == [
+        "BEGIN IMMEDIATE",
+        "COMMIT",
+    ]
+
+
+def test_an_exception_rolls_back_everything(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    kept = store.add_job(spec(1), 1.0)
+    store.save_node(NodeRecord(name="n1", pes=1, state="UP", reason="", address="", last_seen=1.0))
+    with pytest.raises(KeyError), store.transaction():
+        store.save_job(advance(kept, JobState.CANCELLED, 2.0))
+        lost = store.add_job(spec(2), 2.0)
+        with store.transaction():
+            store.save_node(NodeRecord(name="n1", pes=9, state="DOWN", reason="x", address="", last_seen=2.0))
+            store.set_meta("k", "v")
+            raise KeyError("boom")
+    assert peek(db, "SELECT id, state FROM jobs") == [(kept.id, "PENDING")]
+    assert peek(db, "SELECT name, pes, state FROM nodes") == [("n1", 1, "UP")]
+    assert store.get_job(lost.id) is None and store.get_meta("k") is None
+    # The store is usable afterwards and commits on its own again.
+    again = store.add_job(spec(3), 3.0)
+    assert peek(db, "SELECT id FROM jobs ORDER BY id") == [(kept.id,), (again.id,)]
+
+
+def test_nodes_round_trip_and_upsert(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    assert store.nodes() == []
+    n10 = NodeRecord(name="n10", pes=4, state="UP", reason="", address="10.0.0.10:1", last_seen=5.5)
+    n2 = NodeRecord(name="n2", pes=2, state="DOWN", reason="no report for 11.0 s", address="", last_seen=3.0)
+    store.save_node(n10)
+    store.save_node(n2)
+    assert store.nodes() == [n10, n2]  # by name
+    n10b = NodeRecord(name="n10", pes=8, state="DOWN", reason="gone", address="a", last_seen=9.0)
+    store.save_node(n10b)
+    store.close()
+    assert open_store(db).nodes() == [n10b, n2]
+    assert peek(db, "SELECT count(*) FROM nodes") == [(2,)]
+
+
+def test_schema_version_mismatch(db: Path, open_store: Opener) -> None:
+    open_store(db).close()
+    with closing(sqlite3.connect(db)) as other:
+        other.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        other.commit()
+    with pytest.raises(StoreError) as info:
+        open_store(db)
+    text = str(info.value)
+    del info
+    gc.collect()  # the refused store's connection is only closed by the collector (see the next test)
+    assert text == f"{db}: schema version 99, this storm-mm reads {SCHEMA_VERSION}"
+
+
+def open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def test_a_refused_store_closes_its_files(db: Path) -> None:
+    first = Store(db)
+    first.set_meta("schema_version", "99")
+    # Closed first: SQLite keeps an fd open while another connection of the process locks the same file.
+    first.close()
+    before = open_fds()
+    with pytest.raises(StoreError) as info:
+        Store(db)
+    leaked = open_fds() - before
+    del info
+    gc.collect()  # sqlite3 connections sit in a reference cycle: without close() only gc frees them
+    assert leaked == set()
+
+
+def test_meta(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    assert store.get_meta("absent") is None
+    store.set_meta("epoch", "a")
+    store.set_meta("epoch", "b")
+    assert store.get_meta("epoch") == "b"
+    assert peek(db, "SELECT value FROM meta WHERE key = 'epoch'") == [("b",)]
