@@ -260,6 +260,14 @@ def cmd_local(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.which == "launch":
+        from storm.tools import bench_launch
+
+        return bench_launch.main(args.options)
+    raise UsageError(f"unknown benchmark {args.which!r}")
+
+
 def local_up(args: argparse.Namespace, directory: Path) -> int:
     from storm.tools.local_cluster import LocalCluster
 
@@ -338,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--dir", help=f"state directory (default {default_local_dir()})")
     lo.add_argument("--detach", "-d", action="store_true", help="return once all nodes registered")
     lo.set_defaults(func=cmd_local)
+
+    b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")
+    b.add_argument("which", choices=("launch",), help="launch: job start latency and throughput vs mpiexec")
+    b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
+    b.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -17,7 +17,6 @@ from typing import TypeVar
 import zmq
 
 from storm.mm import protocol as p
-from storm.mm.config import DEFAULT_CONFIG, MMConfig, load
 
 DEFAULT_TIMEOUT = 30.0
 R = TypeVar("R", bound=p.Message)
@@ -58,6 +57,8 @@ def find_endpoint(explicit: str | None = None) -> str:
     local = local_endpoint(default_local_dir())
     if local:
         return local
+    from storm.mm.config import DEFAULT_CONFIG, MMConfig, load  # only here: parsing TOML costs start-up time
+
     if DEFAULT_CONFIG.exists():
         return load(DEFAULT_CONFIG).mm.client_endpoint
     return MMConfig().client_endpoint
