@@ -285,7 +285,9 @@ class Controller:
             return  # a re-sent report, or the last word from a node that was written off
         self.tracking[job.id].done[msg.node] = msg.exits
         failed = [e for e in msg.exits if e.failed]
-        if failed:
+        if msg.reason:
+            self._end(job, JobState.NODE_FAIL, None, msg.reason, now)
+        elif failed:
             self._end(job, JobState.FAILED, failed[0].status, f"{failed[0].describe()} on {msg.node}", now)
         self._maybe_finish(job.id, now)
 

@@ -56,10 +56,19 @@ def peer_credentials(frame: zmq.Frame) -> Caller | None:
     return Caller(int(parts[1]), int(parts[2]), int(parts[3]))
 
 
+IPC_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+
+
 def bind(socket: zmq.asyncio.Socket, endpoint: str) -> str:
     if endpoint.startswith("ipc://"):
-        Path(endpoint[len("ipc://") :]).parent.mkdir(parents=True, exist_ok=True)
-    socket.bind(endpoint)
+        path = endpoint[len("ipc://") :]
+        if len(path.encode()) > IPC_PATH_MAX:
+            raise SystemExit(f"cannot listen on {endpoint}: a socket path is limited to {IPC_PATH_MAX} bytes")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        socket.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise SystemExit(f"cannot listen on {endpoint}: {exc}") from None
     real = socket.getsockopt(zmq.LAST_ENDPOINT)
     assert isinstance(real, bytes)
     return real.decode()

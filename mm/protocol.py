@@ -385,11 +385,16 @@ class JobLaunched(Message):
 @message("job_node_done")
 @dataclass(frozen=True, kw_only=True)
 class JobNodeDone(Message):
-    """Every rank of the job on this node has ended. Re-sent until acknowledged."""
+    """Every rank of the job on this node has ended. Re-sent until acknowledged.
+
+    ``reason`` is set when the NM stopped the ranks on its own account (it is shutting down): the job
+    then ends NODE_FAIL with that reason rather than FAILED by the signal its ranks died of.
+    """
 
     job_id: int
     node: str
     exits: tuple[RankExit, ...]
+    reason: str = ""
 
 
 @message("rank_failed")

@@ -52,6 +52,7 @@ class LocalJob:
     pids: dict[int, int] = field(default_factory=dict)
     exits: dict[int, p.RankExit] = field(default_factory=dict)
     killing: bool = False
+    stopped_by_nm: str = ""  # why the NM stopped the ranks on its own account, if it did
     done: p.JobNodeDone | None = None
 
     @property
@@ -166,7 +167,8 @@ class NodeManager:
         if active:
             log.info("stopping %d job(s) before exiting", len(active))
         for job in active:
-            self.kill(job, "storm-nm is shutting down")
+            job.stopped_by_nm = f"storm-nm on {self.name} shut down"
+            self.kill(job, job.stopped_by_nm)
         deadline = time.monotonic() + self.config.nm.kill_grace + STOP_WAIT_SECONDS
         while any(j.done is None for j in self.jobs.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -425,7 +427,9 @@ class NodeManager:
         removed = self.os.remove_shm(mpich_shm_names(job.launch.kvsname, job.launch.node_index))
         if removed:
             log.info("job %d: removed shared memory left behind: %s", job.launch.job_id, ", ".join(removed))
-        job.done = p.JobNodeDone(job_id=job.launch.job_id, node=self.name, exits=exits)
+        job.done = p.JobNodeDone(
+            job_id=job.launch.job_id, node=self.name, exits=exits, reason=job.stopped_by_nm
+        )
 
     def _forget(self, job: LocalJob) -> None:
         del self.jobs[job.launch.job_id]

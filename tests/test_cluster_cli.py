@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,26 @@ def test_local_up_submit_inspect_down(tmp_path: Path) -> None:
 
 def hello() -> list[str]:
     return [sys.executable, "-m", "storm.tools.apps.hello"]
+
+
+def test_local_up_in_the_foreground_stops_on_ctrl_c(tmp_path: Path) -> None:
+    local = tmp_path / "local"
+    env = {k: v for k, v in os.environ.items() if k != "STORM_MM"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "storm.tools.cli", "local", "up", "--dir", str(local), "--nodes", "1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("storm local cluster up: 1 node(s)")
+        nodes = json.loads(storm(local, tmp_path, "nodes", "--json").stdout)
+        assert [n["state"] for n in nodes] == ["UP"]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "storm local cluster stopped" in out
+    assert storm(local, tmp_path, "nodes").returncode == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -64,3 +65,16 @@ def test_nodes_listing_and_json(make_cluster: Callable[..., LocalCluster], tmp_p
     assert [(n.name, n.state, n.pes, n.pes_used) for n in nodes] == [
         ("node0", "UP", 1, 0), ("node1", "UP", 1, 0), ("node2", "UP", 1, 0),
     ]  # fmt: skip
+
+
+def test_stopping_node_managers_ends_their_jobs_node_fail(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    cluster = make_cluster()
+    with cluster.client() as client:
+        job = client.submit(python_app("spin", "--mpi"), 2, cwd=str(tmp_path))
+        poll(lambda: client.job(job).state == "RUNNING", 30, "the job to run")
+        LocalCluster.stop(cluster.nms)  # SIGTERM: each NM stops its ranks and reports why
+        ended = client.wait(job, timeout=JOB_TIMEOUT)
+    assert ended.state == "NODE_FAIL"
+    assert re.fullmatch(r"storm-nm on node[01] shut down", ended.reason), ended.reason

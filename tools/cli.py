@@ -283,15 +283,10 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     if args.detach:
         return 0
     print("  (Ctrl-C stops it)", flush=True)
-    stop = {"now": False}
-
-    def request_stop(_signum: int, _frame: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
-    while not stop["now"] and cluster.running():
-        signal.sigtimedwait([signal.SIGINT, signal.SIGTERM], 1.0)
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # taken by sigtimedwait below, not by a handler
+    while cluster.running() and signal.sigtimedwait(stop_signals, 1.0) is None:
+        pass
     cluster.down()
     print("storm local cluster stopped")
     return 0
