@@ -120,6 +120,10 @@ class Shell:
 
     def _spawn(self, r: Rank, out: int, err: int) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # A child inherits the affinity of the thread that forks it: pinning this thread for the spawn
+        # makes the rank start pinned, rather than be pinned some time after it started.
+        own = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {self.cpus[r.pe % len(self.cpus)]})
         try:
             proc = subprocess.Popen(
                 list(self.launch.argv),
@@ -137,10 +141,9 @@ class Shell:
             return
         finally:
             child.close()
+            os.sched_setaffinity(0, own)
         proc.returncode = 0  # reaped through the pidfd below, not through Popen
         r.pid = proc.pid
-        with contextlib.suppress(OSError):  # the rank may already be gone; its exit is reported anyway
-            os.sched_setaffinity(r.pid, {self.cpus[r.pe % len(self.cpus)]})
         r.pidfd = os.pidfd_open(r.pid)
         asyncio.get_running_loop().add_reader(r.pidfd, self._reap, r)
         self._background(self._serve_pmi(r, parent))
