@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
-POLICIES = ("batch",)
+POLICIES = ("batch", "gang")
 
 
 class ConfigError(ValueError):
@@ -39,6 +39,9 @@ class MMConfig:
     # The CLI's endpoint: a local socket, so the kernel tells the MM who is calling.
     client_endpoint: str = "ipc:///run/storm/mm.sock"
     node_endpoint: str = "tcp://*:6817"
+    # Gang scheduling's heartbeats go out here, one per time slice.
+    heartbeat_endpoint: str = "tcp://*:6818"
+    slice: float = 0.1
     node_timeout: float = 10.0
     mpl: int = 1
     default_time_limit: float = 0.0
@@ -46,6 +49,8 @@ class MMConfig:
     log_level: str = "info"
     # Jobs stuck this long after their ranks were told to stop are ended anyway (their node is suspect).
     kill_timeout: float = 60.0
+    # Run at real-time priority (SCHED_FIFO) where allowed: heartbeats go out on time under load.
+    realtime: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +62,12 @@ class NMConfig:
     cpus: list[int] = field(default_factory=list)
     kill_grace: float = 3.0
     log_level: str = "info"
+    # Real-time priority (SCHED_FIFO, not inherited by jobs) so context switches happen on time under load.
+    realtime: bool = True
+    # Without a heartbeat for this long (seconds; 0: ten time slices, at least one second) every rank runs.
+    heartbeat_timeout: float = 0.0
+    # Append one line per heartbeat (seq, sent, received, switched) to this file, for benchmarks.
+    trace: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +142,14 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError(f"cluster.policy: {config.cluster.policy!r} is not one of {', '.join(POLICIES)}")
     if config.mm.mpl < 1:
         raise ConfigError("mm.mpl must be at least 1")
+    if config.cluster.policy == "batch" and config.mm.mpl != 1:
+        raise ConfigError(
+            "cluster.policy batch runs one job per PE: mm.mpl must be 1 (use gang to time-share)"
+        )
+    if not 0.001 <= config.mm.slice <= 60:
+        raise ConfigError("mm.slice must be between 0.001 and 60 seconds")
+    if config.nm.heartbeat_timeout < 0:
+        raise ConfigError("nm.heartbeat_timeout must not be negative")
     if config.mm.node_timeout <= 0 or config.mm.kill_timeout <= 0:
         raise ConfigError("mm.node_timeout and mm.kill_timeout must be positive")
     if config.mm.default_time_limit < 0:

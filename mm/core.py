@@ -26,11 +26,14 @@ from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration, outc
 from storm.mm.matrix import Matrix, Placement
 from storm.mm.nodes import DOWN, NodeRegistry
 from storm.mm.protocol import (
+    Heartbeat,
     JobInfo,
     JobLaunched,
     JobNodeDone,
+    JobRows,
     KillJob,
     LaunchJob,
+    MatrixView,
     Message,
     NodeInfo,
     NodeRegistered,
@@ -44,6 +47,7 @@ from storm.mm.protocol import (
     Reregister,
 )
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
+from storm.mm.slots import GangCycle
 from storm.mm.store import Store
 
 log = logging.getLogger("storm.mm")
@@ -67,13 +71,21 @@ class Tracking:
     done: dict[str, tuple[RankExit, ...]] = field(default_factory=dict)
     kill_time: float | None = None
     barriers: dict[int, dict[str, dict[str, str]]] = field(default_factory=dict)
+    # The last barrier completed: (seq, merged kvs), kept durably until the job ends.
+    last_barrier: tuple[int, dict[str, str]] | None = None
 
 
 class Controller:
-    def __init__(self, store: Store, config: MMConfig, now: float, mm_epoch: str) -> None:
+    def __init__(
+        self, store: Store, config: MMConfig, now: float, mm_epoch: str, policy: str = "batch"
+    ) -> None:
         self.store = store
         self.config = config
         self.mm_epoch = mm_epoch
+        self.policy = policy
+        # Under gang scheduling the rows take turns; in batch every placed job runs all the time.
+        self.cycle = GangCycle(config.slice) if policy == "gang" else None
+        self.heartbeat_port = 0  # set by the daemon once it has bound its PUB socket
         self.matrix = Matrix(config.mpl)
         self.registry = NodeRegistry(config.node_timeout)
         self.pending: dict[int, Job] = {}
@@ -91,14 +103,19 @@ class Controller:
         self.registry.load(self.store.nodes(), now)
         for node in self.registry.all():
             self.matrix.add_node(node.name, node.pes)  # DOWN ones too: they may come back
+        barriers = self.store.barriers()
         for job in self.store.jobs(active_only=True):
             if job.state is JobState.PENDING:
                 self.pending[job.id] = job
                 continue
             self.active[job.id] = job
             launched = set(job.nodes) if job.state is JobState.RUNNING else set()
-            self.tracking[job.id] = Tracking(launched=launched, kill_time=now if job.ending else None)
+            self.tracking[job.id] = Tracking(
+                launched=launched, kill_time=now if job.ending else None, last_barrier=barriers.get(job.id)
+            )
             self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
+            if self.cycle is not None:
+                self.cycle.add(job.id, now, job.suspended_time)
         down = {n.name for n in self.registry.all() if n.state == DOWN}
         for job in list(self.active.values()):
             for name in down.intersection(job.nodes):
@@ -143,7 +160,10 @@ class Controller:
         self.schedule(now)
         return results
 
-    def job_infos(self, job_ids: tuple[int, ...] = (), everything: bool = False) -> list[JobInfo]:
+    def job_infos(
+        self, job_ids: tuple[int, ...] = (), everything: bool = False, now: float | None = None
+    ) -> list[JobInfo]:
+        """Jobs by id, or the active ones (all with ``everything``); ``now`` updates suspended times."""
         live = {**self.pending, **self.active}
         if job_ids:
             jobs = [live.get(i) or self.store.get_job(i) for i in job_ids]
@@ -157,8 +177,50 @@ class Controller:
             info = job.info()
             if job.state is JobState.PENDING and job.id in self.reasons:
                 info = dataclasses.replace(info, reason=self.reasons[job.id])
+            if job.id in self.active and now is not None:
+                info = dataclasses.replace(info, suspended_time=self.suspended(job, now))
             infos.append(info)
         return infos
+
+    def suspended(self, job: Job, now: float) -> float:
+        """Seconds the job's ranks have been stopped by gang scheduling, up to now."""
+        if self.cycle is None or job.row is None:
+            return job.suspended_time
+        return self.cycle.suspended_time(job.id, job.row, now)
+
+    def matrix_view(self) -> MatrixView:
+        columns = self.matrix.columns()
+        index = {pe: i for i, pe in enumerate(columns)}
+        cells = []
+        for row in self.matrix.cells():
+            line = [0] * len(columns)
+            for pe, job_id in row.items():
+                line[index[pe]] = job_id
+            cells.append(tuple(line))
+        cycle = self.cycle
+        return MatrixView(
+            policy=self.policy,
+            mpl=self.matrix.mpl,
+            slice=self.config.slice,
+            active_row=None if cycle is None else cycle.active,
+            seq=0 if cycle is None else cycle.seq,
+            columns=tuple(f"{node}:{pe}" for node, pe in columns),
+            cells=tuple(cells),
+        )
+
+    def heartbeat(self, now: float) -> Heartbeat | None:
+        """The next time slice under gang scheduling (None in batch): call it once per slice."""
+        if self.cycle is None:
+            return None
+        rows = {job_id: placement.row for job_id, placement in self.matrix.jobs().items()}
+        row = self.cycle.advance(now, self.matrix.occupied_rows(), rows)
+        return Heartbeat(
+            epoch=self.mm_epoch,
+            seq=self.cycle.seq,
+            row=0 if row is None else row,
+            sent=now,
+            slice=self.cycle.slice,
+        )
 
     def node_infos(self) -> list[NodeInfo]:
         jobs: dict[str, list[int]] = {}
@@ -188,6 +250,9 @@ class Controller:
                     last_seen=n.last_seen,
                     reason=reason,
                     jobs=tuple(jobs.get(n.name, ())),
+                    switches=n.switches,
+                    switch_p50_ms=n.switch_p50_ms,
+                    switch_p99_ms=n.switch_p99_ms,
                 )
             )
         return infos
@@ -211,11 +276,16 @@ class Controller:
             self._stop_if_over(msg.node, job_id)
         log.info("node %s registered with %d PEs (%s)", msg.node, msg.pes, msg.address or "no address")
         self.schedule(now)
+        rows = {str(j.id): j.row or 0 for j in self.active.values() if msg.node in j.nodes}
         return NodeRegistered(
             node=msg.node,
             mm_epoch=self.mm_epoch,
             report_interval=self.config.node_timeout / 5,
             stale_jobs=tuple(sorted(node.stale)),
+            policy=self.policy,
+            heartbeat_port=self.heartbeat_port,
+            slice=self.config.slice,
+            rows=rows,
         )
 
     def node_status(self, msg: NodeStatus, now: float) -> Reregister | None:
@@ -226,6 +296,11 @@ class Controller:
             or not self.registry.seen(msg.node, msg.nm_epoch, now)
         ):
             return Reregister(reason="unknown node manager: register first")
+        node.switches, node.switch_p50_ms, node.switch_p99_ms = (
+            msg.switches,
+            msg.switch_p50_ms,
+            msg.switch_p99_ms,
+        )
         was_draining = bool(node.stale)
         node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
         for job_id in msg.jobs:
@@ -292,16 +367,29 @@ class Controller:
         self._maybe_finish(job.id, now)
 
     def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> None:
+        """Collect one node's arrival at a cross-node PMI barrier; answer all nodes when the last arrives.
+
+        The answer is stored before it is sent: a node whose copy was lost (the MM restarted) asks again
+        and gets it again, rather than waiting for nodes that have long passed the barrier.
+        """
         job = self.active.get(msg.job_id)
         if job is None or msg.node not in job.nodes:
             return
-        arrived = self.tracking[job.id].barriers.setdefault(msg.seq, {})
+        track = self.tracking[job.id]
+        if track.last_barrier is not None and msg.seq <= track.last_barrier[0]:
+            seq, kvs = track.last_barrier
+            if msg.seq == seq:
+                self.outbox.append((msg.node, PmiBarrierOut(job_id=job.id, seq=seq, kvs=kvs)))
+            return
+        arrived = track.barriers.setdefault(msg.seq, {})
         arrived[msg.node] = msg.kvs
         if set(arrived) >= set(job.nodes):
             merged: dict[str, str] = {}
             for kvs in arrived.values():
                 merged.update(kvs)
-            del self.tracking[job.id].barriers[msg.seq]
+            del track.barriers[msg.seq]
+            self.store.save_barrier(job.id, msg.seq, merged)
+            track.last_barrier = (msg.seq, merged)
             for node in job.nodes:
                 self.outbox.append((node, PmiBarrierOut(job_id=job.id, seq=msg.seq, kvs=merged)))
 
@@ -320,7 +408,8 @@ class Controller:
             track = self.tracking[job.id]
             limit = job.spec.time_limit
             started = job.start_time
-            if job.ending is None and limit is not None and started is not None and now - started > limit:
+            ran = 0.0 if started is None else now - started - self.suspended(job, now)
+            if job.ending is None and limit is not None and started is not None and ran > limit:
                 reason = f"time limit of {format_duration(limit)} reached"
                 self._end(job, JobState.TIMEOUT, None, reason, now)
             elif track.kill_time is not None and now - track.kill_time > self.config.kill_timeout:
@@ -356,12 +445,15 @@ class Controller:
         track = Tracking(kvsname=f"storm_{job.id}_{secrets.token_hex(4)}")
         self.active[job.id] = job
         self.tracking[job.id] = track
+        if self.cycle is not None:
+            self.cycle.add(job.id, now)
         counts = tuple(sum(1 for n, _ in placement.pes if n == node) for node in placement.nodes)
         spec = job.spec
         for index, node in enumerate(placement.nodes):
             slots = tuple(RankSlot(rank=r, pe=pe) for r, (n, pe) in enumerate(placement.pes) if n == node)
             launch = LaunchJob(
-                job_id=job.id, name=spec.name, kvsname=track.kvsname, size=spec.ranks, node_index=index,
+                job_id=job.id, name=spec.name, kvsname=track.kvsname, size=spec.ranks, row=placement.row,
+                node_index=index,
                 ranks_per_node=counts, slots=slots, argv=spec.argv, cwd=spec.cwd, env=spec.env,
                 uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output, error=spec.error,
             )  # fmt: skip
@@ -401,11 +493,35 @@ class Controller:
                 code = next((e.status for e in exits if e.failed), None)
         else:
             state, code, reason = outcome(exits)
+        suspended = job.suspended_time
+        if self.cycle is not None:
+            self.cycle.account(now, {j: p.row for j, p in self.matrix.jobs().items()})
+            suspended = self.cycle.forget(job_id)
+        if self.tracking[job_id].last_barrier is not None:
+            self.store.forget_barrier(job_id)
         del self.active[job_id]
         del self.tracking[job_id]
         self.matrix.release(job_id)
-        self._finish(advance(job, state, now, exit_code=code, reason=reason))
+        self._finish(advance(job, state, now, exit_code=code, reason=reason, suspended_time=suspended))
+        self._compact()
         self.schedule(now)  # its PEs are free: start what waited for them now, not at the next tick
+
+    def _compact(self) -> None:
+        """Move jobs into lower rows freed by an ending job, and tell their nodes."""
+        moved = self.matrix.compact()
+        by_node: dict[str, dict[str, int]] = {}
+        for job_id, row in moved.items():
+            job = dataclasses.replace(self.active[job_id], row=row)
+            self.store.save_job(job)
+            self.active[job_id] = job
+            for node in job.nodes:
+                by_node.setdefault(node, {})[str(job_id)] = row
+        for node, rows in by_node.items():
+            self.outbox.append((node, JobRows(rows=rows)))
+        if moved:
+            log.info(
+                "matrix compacted: %s", ", ".join(f"job {j} -> row {r}" for j, r in sorted(moved.items()))
+            )
 
     def _finish(self, job: Job) -> None:
         self.store.save_job(job)

@@ -1,13 +1,15 @@
 """storm-mm's sockets: a thin asyncio shell around :class:`storm.mm.core.Controller`.
 
 Two ROUTER sockets: one for clients on a local ipc:// endpoint (the kernel's peer credentials say who calls),
-one for node managers over TCP (each NM's routing id is its node name). Every message is decoded and
-validated by storm.mm.protocol; anything wrong gets an ``error`` reply and a log line, never a crash.
+one for node managers over TCP (each NM's routing id is its node name); under gang scheduling a PUB socket
+carries one heartbeat per time slice. Every message is decoded and validated by storm.mm.protocol; anything
+wrong gets an ``error`` reply and a log line, never a crash.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import json
 import logging
@@ -26,6 +28,7 @@ from storm.mm import protocol as p
 from storm.mm.config import StormConfig
 from storm.mm.core import Controller, Rejected
 from storm.mm.jobs import JobSpec
+from storm.mm.priority import request_realtime
 from storm.mm.store import Store
 
 log = logging.getLogger("storm.mm")
@@ -82,8 +85,9 @@ class MachineManager:
         self._lock = self._take_lock()
         self.store = Store(self.state_dir / "storm.db", config.mm.sync)
         self.epoch = uuid.uuid4().hex
-        self.core = Controller(self.store, config.mm, time.time(), self.epoch)
-        self.ctx = zmq.asyncio.Context()
+        self.core = Controller(self.store, config.mm, time.time(), self.epoch, config.cluster.policy)
+        self.priority = request_realtime() if config.mm.realtime else "ordinary priority"
+        self.ctx = zmq.asyncio.Context()  # after the priority: its I/O thread inherits it
         self.clients = self.ctx.socket(zmq.ROUTER)
         self.nodes = self.ctx.socket(zmq.ROUTER)
         for s in (self.clients, self.nodes):
@@ -94,6 +98,10 @@ class MachineManager:
         self.clients.setsockopt(zmq.MAXMSGSIZE, p.MAX_CLIENT_MESSAGE)
         self.nodes.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
         self.nodes.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.heartbeats = self.ctx.socket(zmq.PUB)
+        self.heartbeats.setsockopt(zmq.LINGER, 0)
+        # Only the newest heartbeat matters: a slow subscriber loses old ones rather than queueing them.
+        self.heartbeats.setsockopt(zmq.SNDHWM, 4)
         self.waiters: dict[int, list[tuple[bytes, int]]] = {}
         self.stopping = asyncio.Event()
 
@@ -108,12 +116,18 @@ class MachineManager:
             ) from None
         return fd
 
-    def _write_endpoints(self, client: str, node: str) -> None:
+    def _write_endpoints(self, client: str, node: str, heartbeat: str) -> None:
         """Publish the real endpoints (ports may have been 0) for local tools; written atomically."""
         if client.startswith("ipc://"):
             # Every user may submit: the kernel tells the MM who each caller is.
             os.chmod(client[len("ipc://") :], 0o666)  # noqa: S103
-        info = {"client": client, "node": node, "pid": os.getpid(), "epoch": self.epoch}
+        info = {
+            "client": client,
+            "node": node,
+            "heartbeat": heartbeat,
+            "pid": os.getpid(),
+            "epoch": self.epoch,
+        }
         tmp = self.state_dir / "mm.json.tmp"
         tmp.write_text(json.dumps(info, indent=1) + "\n")
         tmp.replace(self.state_dir / "mm.json")
@@ -124,19 +138,23 @@ class MachineManager:
             loop.add_signal_handler(sig, self.stopping.set)
         client = bind(self.clients, self.config.mm.client_endpoint)
         node = bind(self.nodes, self.config.mm.node_endpoint)
-        self._write_endpoints(client, node)
+        heartbeat = ""
+        if self.core.policy == "gang":
+            heartbeat = bind(self.heartbeats, self.config.mm.heartbeat_endpoint)
+            self.core.heartbeat_port = int(heartbeat.rsplit(":", 1)[1])
+        self._write_endpoints(client, node, heartbeat)
+        beats = f", heartbeats on {heartbeat}" if heartbeat else ""
         log.info(
-            "storm-mm %s: clients on %s, nodes on %s, state in %s",
-            self.epoch[:8],
-            client,
-            node,
-            self.state_dir,
-        )
+            "storm-mm %s: policy %s, clients on %s, nodes on %s%s, state in %s, %s",
+            self.epoch[:8], self.core.policy, client, node, beats, self.state_dir, self.priority,
+        )  # fmt: skip
         tasks = [
             asyncio.create_task(self._serve(self.clients, self._client_message)),
             asyncio.create_task(self._serve(self.nodes, self._node_message)),
             asyncio.create_task(self._ticker()),
         ]
+        if heartbeat:
+            tasks.append(asyncio.create_task(self._heartbeats()))
         await self.stopping.wait()
         log.info("storm-mm stopping")
         for t in tasks:
@@ -145,6 +163,7 @@ class MachineManager:
         (self.state_dir / "mm.json").unlink(missing_ok=True)
         self.clients.close()
         self.nodes.close()
+        self.heartbeats.close()
         self.ctx.term()
         self.store.close()
         os.close(self._lock)
@@ -168,6 +187,24 @@ class MachineManager:
             except Exception:
                 log.exception("unexpected error in the periodic check; carrying on")
             self._flush()
+
+    async def _heartbeats(self) -> None:
+        """One heartbeat per slice, on a fixed schedule: a late slice does not shift the ones after it."""
+        loop = asyncio.get_running_loop()
+        slice_ = self.config.mm.slice
+        due = loop.time()
+        while True:
+            try:
+                beat = self.core.heartbeat(time.time())
+                if beat is not None:
+                    self.heartbeats.send(p.encode(beat), flags=zmq.NOBLOCK)
+            except Exception:
+                log.exception("could not send a heartbeat; carrying on")
+            due += slice_
+            now = loop.time()
+            if due < now - slice_:  # more than a slice behind (the host stalled): start afresh, no burst
+                due = now
+            await asyncio.sleep(max(0.0, due - now))
 
     def _flush(self) -> None:
         """Send what the controller queued for nodes and answer clients waiting for jobs that ended."""
@@ -236,12 +273,14 @@ class MachineManager:
                 job = self.core.submit(spec, now)
                 return p.JobSubmitted(req=msg.req, job_id=job.id)
             case p.ListJobs():
-                return p.JobList(req=msg.req, jobs=tuple(self.core.job_infos(msg.job_ids, msg.all)))
+                return p.JobList(req=msg.req, jobs=tuple(self.core.job_infos(msg.job_ids, msg.all, now)))
+            case p.GetMatrix():
+                return dataclasses.replace(self.core.matrix_view(), req=msg.req)
             case p.CancelJobs():
                 results = self.core.cancel(msg.job_ids, caller.uid, caller.user, now)
                 return p.CancelResult(req=msg.req, results=results)
             case p.WaitJob():
-                infos = self.core.job_infos((msg.job_id,))
+                infos = self.core.job_infos((msg.job_id,), now=now)
                 if not infos:
                     raise Rejected("unknown_job", f"no job {msg.job_id}")
                 if infos[0].state in ("PENDING", "STARTING", "RUNNING"):

@@ -88,6 +88,8 @@ class Job:
     # The terminal state storm is taking the job to (cancel, time limit, failure, lost node): kept in the
     # store, with ``reason`` and ``exit_code``, so that a restarted MM finishes what it began.
     ending: JobState | None = None
+    # Seconds stopped by gang scheduling (as of the last save while it runs); not charged to its limit.
+    suspended_time: float = 0.0
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -115,6 +117,8 @@ class Job:
             cwd=self.spec.cwd,
             output=self._path(self.spec.output),
             error=self._path(self.spec.error),
+            row=self.row if self.state.active else None,
+            suspended_time=self.suspended_time,
         )
 
     def _path(self, pattern: str) -> str:

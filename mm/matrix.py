@@ -105,21 +105,6 @@ class Matrix:
         self._nodes[node] = pes
         self._order = sorted(self._nodes, key=node_sort_key)
 
-    def remove_node(self, node: str) -> set[int]:
-        """Remove a node's columns and, entirely, every job that had a PE on it.
-
-        A job that lost part of its PEs cannot go on, so it leaves all its cells; the returned ids tell the
-        caller which jobs to end. An unknown node removes nothing.
-        """
-        if node not in self._nodes:
-            return set()
-        victims = {job_id for job_id, placement in self._jobs.items() if node in placement.nodes}
-        for job_id in victims:
-            self.release(job_id)
-        del self._nodes[node]
-        self._order.remove(node)
-        return victims
-
     def nodes(self) -> dict[str, int]:
         """Node -> PE count, in natural node order."""
         return {node: self._nodes[node] for node in self._order}
@@ -197,6 +182,45 @@ class Matrix:
 
     def placement_of(self, job_id: int) -> Placement | None:
         return self._jobs.get(job_id)
+
+    def move(self, job_id: int, row: int) -> None:
+        """Run a placed job in another row, on the same PEs (ValueError if one of them is taken there)."""
+        placement = self._jobs.get(job_id)
+        if placement is None:
+            raise ValueError(f"job {job_id} is not placed")
+        self._check_row(row)
+        self.release(job_id)
+        try:
+            self.assign(job_id, Placement(row, placement.pes))
+        except ValueError:
+            self.assign(job_id, placement)
+            raise
+
+    def compact(self) -> dict[int, int]:
+        """Move jobs down into lower rows where all their PEs are free; return {job id: new row}.
+
+        Moving a job to another row keeps its PEs, so it costs nothing but a different time slot; fewer
+        occupied rows means every job gets a larger share of the machine (Ousterhout's unification). Jobs
+        are tried from the lowest row up, each into the lowest row that has room for it.
+        """
+        moved: dict[int, int] = {}
+        for job_id, placement in sorted(self._jobs.items(), key=lambda item: (item[1].row, item[0])):
+            current = self._jobs[job_id].row
+            for row in range(current):
+                cells = self._rows[row]
+                if all(index not in cells.get(node, {}) for node, index in placement.pes):
+                    self.move(job_id, row)
+                    moved[job_id] = row
+                    break
+        return moved
+
+    def occupied_rows(self) -> list[int]:
+        """The rows holding at least one job, in index order: the time slots a gang cycle visits."""
+        return [row for row, cells in enumerate(self._rows) if cells]
+
+    def row_jobs(self, row: int) -> set[int]:
+        """The jobs of one row."""
+        return {job_id for node in self._rows[self._check_row(row)].values() for job_id in node.values()}
 
     def jobs(self) -> dict[int, Placement]:
         """Every placed job, in the order they were assigned."""

@@ -27,6 +27,10 @@ class Node:
     nm_epoch: str = ""
     confirmed: bool = False
     stale: set[int] = field(default_factory=set)
+    # The node's context switches, as its NM last reported them.
+    switches: int = 0
+    switch_p50_ms: float = 0.0
+    switch_p99_ms: float = 0.0
 
     def record(self) -> NodeRecord:
         return NodeRecord(

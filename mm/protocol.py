@@ -9,6 +9,9 @@ Links and who speaks on them:
   which the reply echoes. Any request may be answered with ``error``.
 - storm-nm <-> storm-mm: DEALER -> ROUTER over TCP. Node reports that must not be lost (``job_launched``,
   ``job_node_done``) are re-sent until the MM acknowledges them, so every handler is idempotent.
+- storm-mm -> every storm-nm: ``heartbeat`` on a PUB socket (TCP), one single-frame message per time slice
+  under gang scheduling, naming the row of the Ousterhout matrix that runs now. NMs act only on a newer
+  ``seq`` of the same ``epoch`` and fall back to running everything when heartbeats stop.
 - job shell <-> storm-nm: DEALER -> ROUTER on an ``ipc://`` endpoint in the NM's run directory. The shell is
   the per-job, per-node process that spawns the ranks and serves their PMI wire-up (see nm/shell.py).
 
@@ -38,6 +41,7 @@ MAX_CLIENT_MESSAGE = 1 << 20
 MAX_NODE_MESSAGE = 64 << 20
 
 JOB_STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+POLICIES = ("batch", "gang")
 NODE_STATES = ("UP", "DOWN")
 
 
@@ -154,6 +158,10 @@ class JobInfo:
     cwd: str
     output: str
     error: str
+    # The job's row of the matrix (its time slot) while it holds PEs.
+    row: int | None = None
+    # Seconds its ranks spent stopped by gang scheduling; they do not count against the time limit.
+    suspended_time: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
@@ -169,6 +177,10 @@ class NodeInfo:
     last_seen: float
     reason: str
     jobs: tuple[int, ...]
+    # Context switches: how many, and how long they took to take effect on the node's ranks (ms).
+    switches: int = 0
+    switch_p50_ms: float = 0.0
+    switch_p99_ms: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.state in NODE_STATES, f"unknown node state {self.state!r}")
@@ -271,6 +283,26 @@ class ListNodes(Request):
     pass
 
 
+@message("get_matrix")
+@dataclass(frozen=True, kw_only=True)
+class GetMatrix(Request):
+    pass
+
+
+@message("matrix")
+@dataclass(frozen=True, kw_only=True)
+class MatrixView(Reply):
+    """The Ousterhout matrix: ``cells[row][c]`` is the job on PE ``columns[c]`` in that row (0: none)."""
+
+    policy: str
+    mpl: int
+    slice: float
+    active_row: int | None
+    seq: int
+    columns: tuple[str, ...]
+    cells: tuple[tuple[int, ...], ...]
+
+
 @message("node_list")
 @dataclass(frozen=True, kw_only=True)
 class NodeList(Reply):
@@ -310,6 +342,17 @@ class NodeRegistered(Message):
     report_interval: float
     # Jobs the node listed that the MM has already ended or never knew: the NM must stop their ranks.
     stale_jobs: tuple[int, ...] = ()
+    policy: str = "batch"
+    # Gang scheduling: the port of the MM's heartbeat PUB socket (on the MM's host) and the time slice.
+    heartbeat_port: int = 0
+    slice: float = 0.1
+    # The row of each of the node's jobs (the rest of the matrix is none of its business).
+    rows: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check(self.policy in POLICIES, f"unknown policy {self.policy!r}")
+        _check(0 < self.slice <= 60, "slice must be in (0, 60] seconds")
+        _check(0 <= self.heartbeat_port < 65536, "heartbeat_port must be a port number")
 
 
 @message("node_status")
@@ -321,6 +364,37 @@ class NodeStatus(Message):
     nm_epoch: str
     mm_epoch: str
     jobs: tuple[int, ...] = ()
+    switches: int = 0
+    switch_p50_ms: float = 0.0
+    switch_p99_ms: float = 0.0
+
+
+@message("heartbeat")
+@dataclass(frozen=True, kw_only=True)
+class Heartbeat(Message):
+    """Gang scheduling's time slice: from now on, row ``row`` of the matrix runs.
+
+    ``epoch`` is the MM's (it changes when the MM restarts); ``seq`` grows by one per heartbeat. ``sent`` is
+    the MM's clock when it sent it (delivery latency, on one host), ``slice`` the time until the next one.
+    """
+
+    epoch: str
+    seq: int
+    row: int
+    sent: float
+    slice: float
+
+    def __post_init__(self) -> None:
+        _check(self.seq >= 0 and self.row >= 0, "seq and row must be >= 0")
+        _check(0 < self.slice <= 60, "slice must be in (0, 60] seconds")
+
+
+@message("job_rows")
+@dataclass(frozen=True, kw_only=True)
+class JobRows(Message):
+    """Jobs of this node that moved to another row of the matrix (compaction after a job ended)."""
+
+    rows: dict[str, int]
 
 
 @message("reregister")
@@ -344,6 +418,7 @@ class LaunchJob(Message):
     name: str
     kvsname: str
     size: int
+    row: int
     node_index: int
     ranks_per_node: tuple[int, ...]
     slots: tuple[RankSlot, ...]

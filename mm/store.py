@@ -32,10 +32,18 @@ CREATE TABLE IF NOT EXISTS jobs (
     reason TEXT NOT NULL DEFAULT '',
     placement BLOB NOT NULL,
     row INTEGER,
-    ending TEXT
+    ending TEXT,
+    suspended_time REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN ('PENDING', 'STARTING', 'RUNNING');
+-- The last PMI barrier each running job completed: a node that missed its answer (the MM restarted in
+-- between) asks again and gets the same answer.
+CREATE TABLE IF NOT EXISTS barriers (
+    job_id INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    kvs BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY,
     pes INTEGER NOT NULL,
@@ -46,7 +54,10 @@ CREATE TABLE IF NOT EXISTS nodes (
 );
 """
 
-_JOB_COLUMNS = "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row, ending"
+_JOB_COLUMNS = (
+    "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row, ending, "
+    "suspended_time"
+)
 
 
 class StoreError(RuntimeError):
@@ -89,7 +100,7 @@ def _unpack_spec(blob: bytes) -> JobSpec:
 
 
 def _row_to_job(row: tuple[object, ...]) -> Job:
-    (job_id, state, spec, submit, start, end, code, reason, placement, mrow, ending) = row
+    (job_id, state, spec, submit, start, end, code, reason, placement, mrow, ending, suspended) = row
     assert isinstance(spec, bytes) and isinstance(placement, bytes)
     return Job(
         id=int(job_id),  # type: ignore[call-overload]
@@ -103,6 +114,7 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
         placement=tuple((str(n), int(p)) for n, p in msgpack.unpackb(placement)),
         row=None if mrow is None else int(mrow),  # type: ignore[call-overload]
         ending=None if ending is None else JobState(str(ending)),
+        suspended_time=float(suspended),  # type: ignore[arg-type]
     )
 
 
@@ -190,7 +202,7 @@ class Store:
         with self.transaction():
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, start_time = ?, end_time = ?, exit_code = ?, reason = ?, "
-                "placement = ?, row = ?, ending = ? WHERE id = ?",
+                "placement = ?, row = ?, ending = ?, suspended_time = ? WHERE id = ?",
                 (
                     job.state.value,
                     job.start_time,
@@ -200,6 +212,7 @@ class Store:
                     msgpack.packb([list(p) for p in job.placement]),
                     job.row,
                     None if job.ending is None else job.ending.value,
+                    job.suspended_time,
                     job.id,
                 ),
             )
@@ -219,6 +232,24 @@ class Store:
         query = f"SELECT {_JOB_COLUMNS} FROM jobs{where} ORDER BY id"  # noqa: S608 (constants only)
         rows = self._db.execute(query).fetchall()
         return [_row_to_job(r) for r in rows]
+
+    # -- PMI barriers
+
+    def save_barrier(self, job_id: int, seq: int, kvs: dict[str, str]) -> None:
+        with self.transaction():
+            self._db.execute(
+                "INSERT INTO barriers (job_id, seq, kvs) VALUES (?, ?, ?) "
+                "ON CONFLICT(job_id) DO UPDATE SET seq = excluded.seq, kvs = excluded.kvs",
+                (job_id, seq, msgpack.packb(kvs)),
+            )
+
+    def barriers(self) -> dict[int, tuple[int, dict[str, str]]]:
+        rows = self._db.execute("SELECT job_id, seq, kvs FROM barriers").fetchall()
+        return {int(job_id): (int(seq), msgpack.unpackb(kvs)) for job_id, seq, kvs in rows}
+
+    def forget_barrier(self, job_id: int) -> None:
+        with self.transaction():
+            self._db.execute("DELETE FROM barriers WHERE job_id = ?", (job_id,))
 
     # -- nodes
 

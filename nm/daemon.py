@@ -8,6 +8,9 @@ final exits of the node's ranks, which it re-sends until the MM acknowledges the
 Stopping a job: SIGCONT + SIGTERM to every rank's process group, then after ``kill_grace`` SIGKILL to every
 process still in the job shell's session (which catches children the ranks forked). When the ranks are gone
 the job's shared-memory leftovers are removed.
+
+Under gang scheduling the NM also subscribes to the MM's heartbeats and, on each, stops the ranks of jobs
+outside the active row and continues the others (nm/switcher.py); without heartbeats everything runs.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ import zmq.asyncio
 from storm.mm import protocol as p
 from storm.mm.config import StormConfig
 from storm.mm.daemon import bind, peer_credentials
+from storm.mm.priority import request_realtime
+from storm.nm.gang import GangFollower
 from storm.nm.jobdir import JobDir, job_dirs
 from storm.nm.pmi import mpich_shm_names
 from storm.nm.processes import LinuxProcesses, Processes
+from storm.nm.switcher import ContextSwitcher
 
 log = logging.getLogger("storm.nm")
 
@@ -53,6 +59,8 @@ class LocalJob:
     exits: dict[int, p.RankExit] = field(default_factory=dict)
     killing: bool = False
     stopped_by_nm: str = ""  # why the NM stopped the ranks on its own account, if it did
+    # A cross-node PMI barrier the MM has not answered yet: sent again to an MM that restarted meanwhile.
+    barrier: p.PmiBarrierIn | None = None
     done: p.JobNodeDone | None = None
 
     @property
@@ -76,7 +84,8 @@ class NodeManager:
         self.registered = asyncio.Event()
         self.wake_reporter = asyncio.Event()
         self.stopping = asyncio.Event()
-        self.ctx = zmq.asyncio.Context()
+        self.priority = request_realtime() if config.nm.realtime else "ordinary priority"
+        self.ctx = zmq.asyncio.Context()  # after the priority: its I/O thread inherits it
         self.mm = self.ctx.socket(zmq.DEALER)
         self.mm.setsockopt(zmq.ROUTING_ID, self.name.encode())
         self.mm.setsockopt(zmq.LINGER, 1000)
@@ -86,6 +95,16 @@ class NodeManager:
         self.shells.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
         self.shells_endpoint = ""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.policy = "batch"
+        self.follower = GangFollower(timeout=config.nm.heartbeat_timeout or 1.0)
+        self.heartbeats = self.ctx.socket(zmq.SUB)
+        self.heartbeats.setsockopt(zmq.LINGER, 0)
+        self.heartbeats.setsockopt(zmq.CONFLATE, 1)  # only the newest heartbeat matters
+        self.heartbeats.setsockopt(zmq.SUBSCRIBE, b"")
+        self.heartbeat_endpoint = ""
+        # Line-buffered: a reader sees each heartbeat as it happens (ten short writes a second).
+        self.trace = open(config.nm.trace, "a", buffering=1) if config.nm.trace else None  # noqa: SIM115
+        self.switcher = ContextSwitcher(self.os, self.trace)
 
     def _take_lock(self) -> int:
         fd = os.open(self.run_dir / "nm.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -114,16 +133,15 @@ class NodeManager:
         info = {"pid": os.getpid(), "node": self.name, "mm": self.config.nm.mm, "cpus": self.cpus}
         (self.run_dir / "nm.json").write_text(json.dumps(info) + "\n")
         log.info(
-            "storm-nm %s: %d PEs on CPUs %s, MM at %s",
-            self.name,
-            len(self.cpus),
-            self.cpus,
-            self.config.nm.mm,
-        )
+            "storm-nm %s: %d PEs on CPUs %s, MM at %s, %s",
+            self.name, len(self.cpus), self.cpus, self.config.nm.mm, self.priority,
+        )  # fmt: skip
         tasks = [
             asyncio.create_task(self._from_mm()),
             asyncio.create_task(self._from_shells()),
             asyncio.create_task(self._reporter()),
+            asyncio.create_task(self._from_heartbeats()),
+            asyncio.create_task(self._watchdog()),
         ]
         await self.stopping.wait()
         await self._shutdown()
@@ -133,9 +151,55 @@ class NodeManager:
         (self.run_dir / "nm.json").unlink(missing_ok=True)
         self.shells.close()
         self.mm.close()
+        self.heartbeats.close()
         self.ctx.term()
         self.os.close()
+        if self.trace is not None:
+            self.trace.close()
         os.close(self._lock)
+
+    # ---------------------------------------------------------------------------------------------- slices
+
+    def _follow(self, msg: p.NodeRegistered) -> None:
+        """Follow the policy of the MM just registered with: subscribe to its heartbeats under gang."""
+        self.policy = msg.policy
+        if not self.config.nm.heartbeat_timeout:
+            self.follower.timeout = max(1.0, 10 * msg.slice)
+        self.follower.follow(msg.mm_epoch, time.monotonic())
+        endpoint = ""
+        if msg.policy == "gang":
+            host = self.config.nm.mm.split("://", 1)[-1].rsplit(":", 1)[0]
+            endpoint = f"tcp://{host}:{msg.heartbeat_port}"
+        if endpoint != self.heartbeat_endpoint:
+            if self.heartbeat_endpoint:
+                self.heartbeats.disconnect(self.heartbeat_endpoint)
+            if endpoint:
+                self.heartbeats.connect(endpoint)
+            self.heartbeat_endpoint = endpoint
+            log.info("policy %s%s", msg.policy, f": heartbeats from {endpoint}" if endpoint else "")
+        if self.follower.row is None:
+            self.switcher.switch(None)  # until a heartbeat says otherwise, everything runs
+
+    async def _from_heartbeats(self) -> None:
+        while True:
+            data = await self.heartbeats.recv()
+            try:
+                beat = p.decode(data, p.MAX_CLIENT_MESSAGE)
+            except p.ProtocolError as exc:
+                log.warning("bad heartbeat: %s", exc)
+                continue
+            if not isinstance(beat, p.Heartbeat):
+                log.warning("unexpected %s on the heartbeat socket", beat.op)
+            elif self.policy == "gang" and self.follower.accept(beat, time.monotonic()):
+                self.switcher.switch(beat.row, seq=beat.seq, sent=beat.sent)
+
+    async def _watchdog(self) -> None:
+        """No heartbeat for too long: let every job run rather than leave some stopped for ever."""
+        while True:
+            await asyncio.sleep(0.1)
+            if self.follower.expired(time.monotonic()):
+                log.warning("no heartbeat for %.1f s: letting every job run", self.follower.timeout)
+                self.switcher.switch(None)
 
     def _sweep_leftovers(self) -> None:
         """Stop the jobs a previous storm-nm of this node left when it died: nobody tracks them any more.
@@ -197,9 +261,16 @@ class NodeManager:
                 )
                 interval = REGISTER_RETRY_SECONDS
             else:
+                switches, p50, p99 = self.switcher.stats()
                 await self._to_mm(
                     p.NodeStatus(
-                        node=self.name, nm_epoch=self.epoch, mm_epoch=self.mm_epoch, jobs=tuple(self.jobs)
+                        node=self.name,
+                        nm_epoch=self.epoch,
+                        mm_epoch=self.mm_epoch,
+                        jobs=tuple(self.jobs),
+                        switches=switches,
+                        switch_p50_ms=p50,
+                        switch_p99_ms=p99,
                     )
                 )
                 for job in list(self.jobs.values()):
@@ -228,6 +299,7 @@ class NodeManager:
         match msg:
             case p.NodeRegistered():
                 first = not self.mm_epoch
+                new_mm = msg.mm_epoch != self.mm_epoch
                 self.mm_epoch = msg.mm_epoch
                 self.report_interval = msg.report_interval
                 self.registered.set()
@@ -236,11 +308,22 @@ class NodeManager:
                     job = self.jobs.get(job_id)
                     if job is not None:
                         self.kill(job, "the MM has ended this job")
+                for key, row in msg.rows.items():
+                    self.switcher.set_row(int(key), row)
+                self._follow(msg)
+                if new_mm:  # barriers the old MM may have lost
+                    for job in self.jobs.values():
+                        if job.barrier is not None and job.done is None:
+                            await self._to_mm(job.barrier)
+            case p.JobRows():
+                for key, row in msg.rows.items():
+                    self.switcher.set_row(int(key), row)
             case p.Reregister():
                 log.info("storm-mm asks to register again: %s", msg.reason)
                 self.registered.clear()
                 self.wake_reporter.set()
             case p.LaunchJob():
+                self.switcher.add(msg.job_id, msg.row)
                 self.launch(msg)
             case p.KillJob():
                 job = self.jobs.get(msg.job_id)
@@ -252,7 +335,15 @@ class NodeManager:
                     self.kill(job, msg.reason)
             case p.PmiBarrierOut():
                 job = self.jobs.get(msg.job_id)
-                if job is not None and job.done is None:
+                # Only the answer the shell waits for: after an MM restart the same one may come twice.
+                if (
+                    job is not None
+                    and job.done is None
+                    and job.barrier is not None
+                    and job.barrier.seq == msg.seq
+                ):
+                    log.debug("job %d: PMI barrier %d out (%d keys)", msg.job_id, msg.seq, len(msg.kvs))
+                    job.barrier = None
                     await self.shells.send_multipart([job.identity, p.encode(msg)])
             case p.Ack():
                 job = self.jobs.get(msg.job_id)
@@ -340,15 +431,20 @@ class NodeManager:
                 job.pids = {int(rank): pid for rank, pid in msg.pids.items()}
                 if job.killing:
                     self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
+                else:
+                    self.switcher.started(job.launch.job_id, job.pids)
                 await self._to_mm(p.JobLaunched(job_id=job.launch.job_id, node=self.name, pids=msg.pids))
             case p.RankExited() | p.RankAborted():
                 if isinstance(msg, p.RankExited):
                     job.exits[msg.exit.rank] = msg.exit
+                    self.switcher.rank_gone(job.launch.job_id, msg.exit.rank)
                 if msg.exit.failed and not job.killing:
                     log.info("job %d: %s", job.launch.job_id, msg.exit.describe())
                     await self._to_mm(p.RankFailed(job_id=job.launch.job_id, node=self.name, exit=msg.exit))
                     self.kill(job, msg.exit.describe())
             case p.PmiBarrierIn():
+                log.debug("job %d: PMI barrier %d in (%d keys)", msg.job_id, msg.seq, len(msg.kvs))
+                job.barrier = msg
                 await self._to_mm(msg)
             case p.ShellDone():
                 await self.shells.send_multipart([identity, p.encode(p.Ack(job_id=msg.job_id, what=msg.op))])
@@ -391,6 +487,7 @@ class NodeManager:
         if job.killing or job.done is not None:
             return
         job.killing = True
+        self.switcher.remove(job.launch.job_id)  # no more time slices: it is continued to be terminated
         log.info("job %d: stopping its ranks (%s)", job.launch.job_id, reason)
         self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
         if job.shell_pid:
@@ -423,6 +520,7 @@ class NodeManager:
 
     def _finish(self, job: LocalJob, exits: tuple[p.RankExit, ...]) -> None:
         """All ranks are gone: sweep what they left behind and prepare the report for the MM."""
+        self.switcher.remove(job.launch.job_id)
         self._signal_session(job, signal.SIGKILL, spare_shell=True)  # what the ranks left running
         removed = self.os.remove_shm(mpich_shm_names(job.launch.kvsname, job.launch.node_index))
         if removed:

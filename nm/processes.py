@@ -47,6 +47,10 @@ class Processes(Protocol):
         """Every process whose session id is ``sid``."""
         ...
 
+    def states(self, pids: list[int]) -> dict[int, str | None]:
+        """Each process's state letter from /proc (R, S, D, T, Z, ...), None for a pid that is gone."""
+        ...
+
     def remove_shm(self, names: Collection[str]) -> list[str]:
         """Unlink those of the named /dev/shm entries that exist; return the names removed."""
         ...
@@ -95,6 +99,13 @@ class LinuxProcesses:
         if fields is None or fields[0] == "Z":
             return None  # a zombie has ended; only its parent's wait is missing
         return int(fields[19])
+
+    def states(self, pids: list[int]) -> dict[int, str | None]:
+        result: dict[int, str | None] = {}
+        for pid in pids:
+            fields = _stat_fields(pid)
+            result[pid] = None if fields is None else fields[0]
+        return result
 
     def session_members(self, sid: int) -> list[int]:
         members = []

@@ -250,7 +250,12 @@ class Shell:
                 print(f"storm-shell: bad message from the NM: {exc}", file=sys.stderr)
                 continue
             if isinstance(msg, p.PmiBarrierOut):
-                await self._reply(self.wireup.barrier_done(msg.seq, msg.kvs))
+                try:
+                    replies = self.wireup.barrier_done(msg.seq, msg.kvs)
+                except ValueError as exc:  # a repeated answer (the MM restarted): the ranks already have it
+                    print(f"storm-shell: ignored: {exc}", file=sys.stderr)
+                    continue
+                await self._reply(replies)
             elif isinstance(msg, p.Ack) and msg.what == p.ShellDone.op:
                 self.acked.set()
 

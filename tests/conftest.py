@@ -113,13 +113,22 @@ def store(tmp_path: Path) -> Iterator[Store]:
 # ---------------------------------------------------------------------------------------------- clusters
 
 
-def start_cluster(directory: Path, nodes: int, pes_per_node: int, **settings: object) -> LocalCluster:
+def start_cluster(
+    directory: Path,
+    nodes: int,
+    pes_per_node: int,
+    policy: str = "batch",
+    trace: bool = False,
+    **settings: object,
+) -> LocalCluster:
+    """A local cluster; ``mm_x=`` and ``nm_x=`` keywords set [mm] x and [nm] x."""
     mm = {k[3:]: v for k, v in settings.items() if k.startswith("mm_")}
     nm = {k[3:]: v for k, v in settings.items() if k.startswith("nm_")}
     nm.setdefault("kill_grace", 1.0)
     cluster = LocalCluster(
-        dir=directory, nodes=nodes, pes_per_node=pes_per_node, mm_settings=mm, nm_settings=nm
-    )
+        dir=directory, nodes=nodes, pes_per_node=pes_per_node, policy=policy, trace=trace, mm_settings=mm,
+        nm_settings=nm,
+    )  # fmt: skip
     cluster.up()
     return cluster
 

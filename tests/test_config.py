@@ -39,6 +39,7 @@ def test_file_with_all_sections(tmp_path: Path) -> None:
         """
         [cluster]
         name = "lab"
+        policy = "gang"
         [mm]
         state_dir = "/srv/storm"
         node_timeout = 3      # an integer where a float is declared
@@ -52,7 +53,7 @@ def test_file_with_all_sections(tmp_path: Path) -> None:
         """,
     )
     config = load(path)
-    assert config.cluster == ClusterConfig(name="lab", policy="batch")
+    assert config.cluster == ClusterConfig(name="lab", policy="gang")
     assert config.mm == MMConfig(state_dir="/srv/storm", node_timeout=3.0, mpl=2, default_time_limit=1.5)
     assert type(config.mm.node_timeout) is float
     assert config.nm == NMConfig(name="n07", pes=4, cpus=[4, 5, 6, 7], kill_grace=0.5)
@@ -112,7 +113,9 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_overrides_win_over_the_file(tmp_path: Path) -> None:
-    path = write(tmp_path, "[mm]\nnode_timeout = 3.0\nmpl = 2\n[nm]\ncpus = [1]\n")
+    path = write(
+        tmp_path, '[cluster]\npolicy = "gang"\n[mm]\nnode_timeout = 3.0\nmpl = 2\n[nm]\ncpus = [1]\n'
+    )
     config = load(path, {"mm": {"node_timeout": "7.5"}, "nm": {"cpus": "0,1"}})
     assert config.mm.node_timeout == 7.5
     assert config.mm.mpl == 2  # from the file, not overridden
@@ -160,7 +163,7 @@ def test_coercion_errors_name_the_key(hint: object, value: object) -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ({"cluster": {"policy": "gang"}}, "cluster.policy: 'gang' is not one of batch"),
+        ({"cluster": {"policy": "lottery"}}, "cluster.policy: 'lottery' is not one of batch, gang"),
         ({"mm": {"mpl": 0}}, "mm.mpl must be at least 1"),
         ({"mm": {"node_timeout": 0}}, "mm.node_timeout and mm.kill_timeout must be positive"),
         ({"mm": {"node_timeout": "-1"}}, "mm.node_timeout and mm.kill_timeout must be positive"),
@@ -187,7 +190,19 @@ def parse(sections: tuple[str, ...], argv: list[str]) -> StormConfig:
 
 def test_mm_flags() -> None:
     config = parse(
-        ("cluster", "mm"), ["--node-timeout", "5", "--mpl", "3", "--state-dir", "/x", "--cluster-name", "c2"]
+        ("cluster", "mm"),
+        [
+            "--node-timeout",
+            "5",
+            "--mpl",
+            "3",
+            "--state-dir",
+            "/x",
+            "--cluster-name",
+            "c2",
+            "--policy",
+            "gang",
+        ],
     )
     assert config.mm == MMConfig(node_timeout=5.0, mpl=3, state_dir="/x")
     # --name always means a node's name; the cluster's is --cluster-name for both daemons.
@@ -227,7 +242,7 @@ def test_flag_values_are_validated() -> None:
 
 
 def test_default_config_file_is_read_when_present(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    path = write(tmp_path, "[mm]\nmpl = 4\n")
+    path = write(tmp_path, '[cluster]\npolicy = "gang"\n[mm]\nmpl = 4\n')
     monkeypatch.setattr(c, "DEFAULT_CONFIG", path)
     assert parse(("cluster", "mm"), []).mm.mpl == 4
     assert parse(("cluster", "mm"), ["--mpl", "2"]).mm.mpl == 2
@@ -252,3 +267,9 @@ def test_node_name_defaults_to_the_short_host_name(monkeypatch: pytest.MonkeyPat
 def test_infinite_values_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"^mm\.kill_timeout: expected float, got 'inf'"):
         load(None, {"mm": {"kill_timeout": "inf"}})
+
+
+def test_batch_refuses_a_multiprogramming_level() -> None:
+    with pytest.raises(ConfigError, match=r"mm\.mpl must be 1"):
+        load(None, {"mm": {"mpl": "2"}})
+    assert load(None, {"mm": {"mpl": "2"}, "cluster": {"policy": "gang"}}).mm.mpl == 2

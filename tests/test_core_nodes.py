@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from storm.mm.protocol import JobNodeDone, RankExit
+from storm.mm.core import Controller
+from storm.mm.protocol import JobNodeDone, PmiBarrierIn, PmiBarrierOut, RankExit
 from storm.mm.store import Store
 from tests.test_core import (
     T0,
@@ -52,3 +53,25 @@ def test_a_node_that_forgets_a_stale_job_is_drained_too(store: Store) -> None:
     assert ctl.registry.usable() == {"n2"}
     status(ctl, "n1", T0 + 15, jobs=())  # the NM no longer lists it: its report may have been lost
     assert ctl.registry.usable() == {"n1", "n2"}
+
+
+def test_a_barrier_answer_survives_an_mm_restart(store: Store) -> None:
+    ctl = two_nodes(store)
+    job_id = running(ctl)
+    for node in ("n1", "n2"):
+        ctl.pmi_barrier_in(PmiBarrierIn(job_id=job_id, node=node, seq=0, kvs={f"addr-{node}": node}), T0 + 1)
+    answers = [(n, m) for n, m in take(ctl) if isinstance(m, PmiBarrierOut)]
+    assert len(answers) == 2  # the MM dies now: say n2's answer was lost on the way
+    ctl = Controller(store, ctl.config, T0 + 2, "mm-2")
+    reg(ctl, "n1", now=T0 + 3, jobs=(job_id,))
+    reg(ctl, "n2", now=T0 + 3, jobs=(job_id,))
+    take(ctl)
+    ctl.pmi_barrier_in(PmiBarrierIn(job_id=job_id, node="n2", seq=0, kvs={"addr-n2": "n2"}), T0 + 4)
+    assert take(ctl) == [("n2", PmiBarrierOut(job_id=job_id, seq=0, kvs={"addr-n1": "n1", "addr-n2": "n2"}))]
+    # The next barrier works as usual, and the stored answer goes when the job ends.
+    for node in ("n1", "n2"):
+        ctl.pmi_barrier_in(PmiBarrierIn(job_id=job_id, node=node, seq=1, kvs={}), T0 + 5)
+    assert sorted(n for n, m in take(ctl) if isinstance(m, PmiBarrierOut) and m.seq == 1) == ["n1", "n2"]
+    done(ctl, job_id, "n1", T0 + 6)
+    done(ctl, job_id, "n2", T0 + 6)
+    assert store.barriers() == {}

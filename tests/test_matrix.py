@@ -153,22 +153,34 @@ def test_add_node_resize_rules() -> None:
         matrix.add_node("n3", 0)
 
 
-def test_remove_node_evicts_affected_jobs_from_every_cell() -> None:
-    matrix = make({"a": 2, "b": 2, "c": 2}, mpl=2)
-    spanning = place(matrix, 1, 4, usable=["a", "b"])  # row 0, on a and b
-    place(matrix, 2, 2, usable=["c"])  # row 0, on c only
-    place(matrix, 3, 1, usable=["b"], row=1)  # row 1, on b
-    assert spanning.row == 0
-    assert matrix.remove_node("b") == {1, 3}
-    assert matrix.remove_node("b") == set()
-    assert set(matrix.jobs()) == {2}
-    # Job 1's cells on the surviving node a are free again, not only those on b.
-    assert matrix.cells() == [{("c", 0): 2, ("c", 1): 2}, {}]
-    assert matrix.free_pes(0) == 2
-    assert matrix.columns() == [("a", 0), ("a", 1), ("c", 0), ("c", 1)]
-    # The node can come back with another PE count since nothing occupies it.
-    matrix.add_node("b", 3)
-    assert matrix.total_pes() == 7
+def test_move_keeps_the_pes_and_refuses_a_taken_row() -> None:
+    matrix = make({"a": 2, "b": 2}, mpl=3)
+    first = place(matrix, 1, 2, usable=["a"])  # row 0, a:0-1
+    place(matrix, 2, 2, usable=["a"])  # row 1, a:0-1
+    place(matrix, 3, 2, usable=["b"])  # row 0, b:0-1
+    matrix.move(2, 2)
+    assert matrix.placement_of(2) == Placement(2, first.pes)
+    with pytest.raises(ValueError, match="taken by job 1"):
+        matrix.move(2, 0)
+    assert matrix.placement_of(2) == Placement(2, first.pes)  # unchanged by the refusal
+    with pytest.raises(ValueError):
+        matrix.move(99, 0)
+    assert matrix.occupied_rows() == [0, 2]
+    assert matrix.row_jobs(0) == {1, 3} and matrix.row_jobs(1) == set() and matrix.row_jobs(2) == {2}
+
+
+def test_compact_moves_jobs_down_into_free_cells_of_lower_rows() -> None:
+    matrix = make({"a": 2, "b": 2}, mpl=3)
+    place(matrix, 1, 4)  # row 0, everything
+    place(matrix, 2, 2, usable=["a"])  # row 1, a
+    place(matrix, 3, 2, usable=["b"])  # row 1, b
+    place(matrix, 4, 2, usable=["b"])  # row 2, b
+    matrix.release(1)  # row 0 empties
+    # 2 and 3 fit into row 0 on their own PEs; then b is free in row 1, where 4 goes (b is job 3's in row 0).
+    assert matrix.compact() == {2: 0, 3: 0, 4: 1}
+    assert matrix.occupied_rows() == [0, 1]
+    assert matrix.compact() == {}  # nothing left to gain
+    assert {j: p.row for j, p in matrix.jobs().items()} == {2: 0, 3: 0, 4: 1}
 
 
 def test_assign_conflicts_raise_and_change_nothing() -> None:

@@ -60,9 +60,10 @@ def format_clock(stamp: float | None) -> str:
 
 
 def elapsed(job: p.JobInfo, now: float) -> float | None:
+    """Time the job has run: since it started, less the time gang scheduling kept it stopped."""
     if job.start_time is None:
         return None
-    return (job.end_time or now) - job.start_time
+    return (job.end_time or now) - job.start_time - job.suspended_time
 
 
 def as_json(record: Any) -> Any:
@@ -199,6 +200,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("Ranks", job.ranks), ("Nodes", ",".join(job.nodes) or "-"),
                 ("TimeLimit", format_duration(job.time_limit)),
                 ("RunTime", format_duration(elapsed(job, now))),
+                ("Suspended", format_duration(job.suspended_time)),
+                ("Row", "-" if job.row is None else job.row),
                 ("SubmitTime", format_clock(job.submit_time)), ("StartTime", format_clock(job.start_time)),
                 ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
                 ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
@@ -220,6 +223,30 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return status
 
 
+def render_matrix(view: p.MatrixView) -> str:
+    """Rows of the matrix, the active one marked with '*'; '.' for a free PE."""
+    if view.policy == "gang":
+        active = "-" if view.active_row is None else str(view.active_row)
+        title = f"gang scheduling, MPL {view.mpl}, {view.slice * 1000:g} ms slices, active row {active}"
+    else:
+        title = "batch scheduling (one row: every job runs all the time)"
+    rows = [
+        (f"{index}{' *' if index == view.active_row else ''}", *(str(job) if job else "." for job in line))
+        for index, line in enumerate(view.cells)
+    ]
+    return title + "\n" + table(("ROW", *view.columns), rows)
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    with Client(args.mm) as client:
+        view = client.call(p.GetMatrix(), p.MatrixView)
+    if args.json:
+        print(json.dumps(as_json(view), indent=1))
+    else:
+        print(render_matrix(view))
+    return 0
+
+
 def cmd_nodes(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         nodes = client.nodes()
@@ -233,12 +260,13 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             n.pes,
             n.pes_used,
             ",".join(map(str, n.jobs)) or "-",
+            f"{n.switches} ({n.switch_p50_ms:.1f}/{n.switch_p99_ms:.1f} ms)" if n.switches else "-",
             n.address or "-",
             n.reason or "-",
         )
         for n in nodes
     ]
-    print(table(("NODE", "STATE", "PES", "USED", "JOBS", "ADDRESS", "REASON"), rows))
+    print(table(("NODE", "STATE", "PES", "USED", "JOBS", "SWITCHES (p50/p99)", "ADDRESS", "REASON"), rows))
     return 0
 
 
@@ -274,9 +302,18 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     if args.nodes < 1:
         raise UsageError("--nodes must be at least 1")
     pes = args.pes_per_node or max(1, len(os.sched_getaffinity(0)) // args.nodes)
-    cluster = LocalCluster(dir=directory, nodes=args.nodes, pes_per_node=pes)
+    mpl = args.mpl if args.mpl is not None else (2 if args.policy == "gang" else 1)
+    if args.policy == "batch" and mpl != 1:
+        raise UsageError("batch runs one job per PE: --mpl needs --policy gang")
+    if mpl < 1 or args.slice_ms <= 0:
+        raise UsageError("--mpl must be at least 1 and --slice-ms positive")
+    settings: dict[str, object] = {"mpl": mpl, "slice": args.slice_ms / 1000}
+    cluster = LocalCluster(
+        dir=directory, nodes=args.nodes, pes_per_node=pes, policy=args.policy, mm_settings=settings
+    )
     cluster.up()
-    print(f"storm local cluster up: {args.nodes} node(s) x {pes} PE(s), state in {directory}")
+    scheduling = f"gang, MPL {mpl}, {args.slice_ms:g} ms slices" if args.policy == "gang" else "batch"
+    print(f"storm local cluster up: {args.nodes} node(s) x {pes} PE(s), {scheduling}, state in {directory}")
     if directory != default_local_dir():
         print(f"  point the CLI at it with: export STORM_LOCAL_DIR={directory}")
     print("  try: storm submit -n 2 --wait -- python -m storm.tools.apps.hello")
@@ -328,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
     c.set_defaults(func=cmd_cancel)
 
+    m = sub.add_parser("matrix", help="the Ousterhout matrix: rows (time slots) x PEs")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_matrix)
+
     n = sub.add_parser("nodes", help="list node managers")
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=cmd_nodes)
@@ -340,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--pes-per-node", "-P", type=int, default=0, help="PEs per node (default: CPUs / nodes)")
     lo.add_argument("--dir", help=f"state directory (default {default_local_dir()})")
     lo.add_argument("--detach", "-d", action="store_true", help="return once all nodes registered")
+    lo.add_argument("--policy", choices=("batch", "gang"), default="batch", help="scheduling (default batch)")
+    lo.add_argument("--mpl", type=int, help="rows of the matrix: jobs sharing a PE (gang; default 2)")
+    lo.add_argument("--slice-ms", type=float, default=100.0, help="time slice in ms (gang; default 100)")
     lo.set_defaults(func=cmd_local)
 
     b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")

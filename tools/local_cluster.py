@@ -69,12 +69,16 @@ class LocalCluster:
     dir: Path
     nodes: int = 2
     pes_per_node: int = 1
+    policy: str = "batch"
+    # Each NM writes one line per heartbeat to nodes/<name>/trace (see nm/switcher.py): for tests, benchmarks.
+    trace: bool = False
     mm_settings: dict[str, object] = field(default_factory=dict)
     nm_settings: dict[str, object] = field(default_factory=dict)
     mm: Daemon | None = None
     nms: list[Daemon] = field(default_factory=list)
     endpoint: str = ""
     node_endpoint: str = ""
+    heartbeat_endpoint: str = ""
 
     @property
     def config_path(self) -> Path:
@@ -85,6 +89,9 @@ class LocalCluster:
 
     def node_dir(self, name: str) -> Path:
         return self.dir / "nodes" / name
+
+    def trace_path(self, name: str) -> Path:
+        return self.node_dir(name) / "trace"
 
     def client(self, timeout: float = 30.0) -> Client:
         return Client(self.endpoint, timeout=timeout)
@@ -97,11 +104,12 @@ class LocalCluster:
                 "state_dir": str(self.dir / "mm"),
                 "client_endpoint": f"ipc://{self.dir / 'mm' / 'mm.sock'}",
                 "node_endpoint": "tcp://127.0.0.1:0",
+                "heartbeat_endpoint": "tcp://127.0.0.1:0",
                 **self.mm_settings,
             },
             "nm": {"kill_grace": 2.0, **self.nm_settings},
         }
-        lines = ['[cluster]\nname = "local"\n']
+        lines = [f'[cluster]\nname = "local"\npolicy = "{self.policy}"\n']
         for section, values in settings.items():
             lines.append(f"\n[{section}]\n")
             lines.extend(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
@@ -126,6 +134,8 @@ class LocalCluster:
         argv = [sys.executable, "-m", "storm.mm.main", "--config", str(self.config_path)]
         if self.node_endpoint:
             argv += ["--node-endpoint", self.node_endpoint]
+        if self.heartbeat_endpoint:
+            argv += ["--heartbeat-endpoint", self.heartbeat_endpoint]
         self.mm = self._spawn("storm-mm", argv, self.dir / "mm" / "mm.log")
         mm = self.mm
 
@@ -141,6 +151,7 @@ class LocalCluster:
         wait_for(ready, START_TIMEOUT, "storm-mm to listen")
         info = json.loads(info_path.read_text())
         self.endpoint, self.node_endpoint = info["client"], info["node"]
+        self.heartbeat_endpoint = info.get("heartbeat", "")
 
     def start_nm(self, index: int) -> Daemon:
         cpus = sorted(os.sched_getaffinity(0))
@@ -153,6 +164,8 @@ class LocalCluster:
             "--name", name, "--mm", self.node_endpoint, "--run-dir", str(run_dir),
             "--cpus", ",".join(map(str, pes)),
         ]  # fmt: skip
+        if self.trace:
+            argv += ["--trace", str(self.trace_path(name))]
         return self._spawn(f"storm-nm {name}", argv, self.dir / "nodes" / f"{name}.log")
 
     def restart_mm(self, sig: int = signal.SIGKILL) -> None:
@@ -207,8 +220,10 @@ class LocalCluster:
         state = {
             "endpoint": self.endpoint,
             "node_endpoint": self.node_endpoint,
+            "heartbeat_endpoint": self.heartbeat_endpoint,
             "nodes": self.nodes,
             "pes_per_node": self.pes_per_node,
+            "policy": self.policy,
             "mm": self.mm.__dict__ if self.mm else None,
             "nms": [d.__dict__ for d in self.nms],
         }
@@ -222,8 +237,11 @@ class LocalCluster:
             state = json.loads((directory / "local.json").read_text())
         except FileNotFoundError:
             raise LocalClusterError(f"no local cluster in {directory}") from None
-        cluster = cls(dir=directory, nodes=state["nodes"], pes_per_node=state["pes_per_node"])
+        cluster = cls(
+            dir=directory, nodes=state["nodes"], pes_per_node=state["pes_per_node"], policy=state["policy"]
+        )
         cluster.endpoint, cluster.node_endpoint = state["endpoint"], state["node_endpoint"]
+        cluster.heartbeat_endpoint = state.get("heartbeat_endpoint", "")
         cluster.mm = Daemon(**state["mm"]) if state["mm"] else None
         cluster.nms = [Daemon(**d) for d in state["nms"]]
         return cluster

@@ -1,0 +1,68 @@
+"""The gang cycle: which row of the Ousterhout matrix runs now, and how long each job has been stopped.
+
+Under gang scheduling the MM publishes a heartbeat every time slice naming the row that runs next. Rows take
+turns in index order, and rows that hold no job are skipped, so a job alone in the matrix runs all the
+time. Each job's suspended time (the periods when another row ran) is accounted here, because suspended time
+does not count against a job's time limit.
+
+Pure code: time is passed in; the machine manager and the simulator drive it the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GangCycle:
+    slice: float
+    seq: int = 0
+    active: int | None = None
+    # When the active row took over; accounting is closed up to here for every job.
+    since: float = 0.0
+    # Per job: suspended seconds accounted so far, and the time its accounting has reached.
+    suspended: dict[int, float] = field(default_factory=dict)
+    _upto: dict[int, float] = field(default_factory=dict)
+
+    def add(self, job_id: int, now: float, suspended: float = 0.0) -> None:
+        """A job joins the matrix (started, or recovered after a restart with what it had accrued)."""
+        self.suspended[job_id] = suspended
+        self._upto[job_id] = now
+
+    def forget(self, job_id: int) -> float:
+        """A job leaves the matrix; returns its suspended time (account before calling)."""
+        self._upto.pop(job_id, None)
+        return self.suspended.pop(job_id, 0.0)
+
+    def account(self, now: float, rows: Mapping[int, int]) -> None:
+        """Close the books up to ``now``: every job not in the active row was suspended since last time.
+
+        Call it before the rows of jobs change, so that time is charged to the row a job was really in.
+        """
+        if self.active is not None:
+            for job_id, row in rows.items():
+                start = self._upto.get(job_id, self.since)
+                if row != self.active and now > start:
+                    self.suspended[job_id] = self.suspended.get(job_id, 0.0) + (now - start)
+        for job_id in rows:
+            self._upto[job_id] = now
+        self.since = now
+
+    def advance(self, now: float, occupied: Sequence[int], rows: Mapping[int, int]) -> int | None:
+        """End the current slice: account for it, pick the next occupied row (None: the matrix is empty)."""
+        self.account(now, rows)
+        self.seq += 1
+        if not occupied:
+            self.active = None
+            return None
+        later = [row for row in occupied if self.active is None or row > self.active]
+        self.active = later[0] if later else occupied[0]
+        return self.active
+
+    def suspended_time(self, job_id: int, row: int, now: float) -> float:
+        """Suspended seconds so far, counting the current slice when the job's row is not the active one."""
+        closed = self.suspended.get(job_id, 0.0)
+        if self.active is None or row == self.active:
+            return closed
+        return closed + max(0.0, now - self._upto.get(job_id, self.since))

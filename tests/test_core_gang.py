@@ -1,0 +1,100 @@
+"""The controller under gang scheduling: heartbeats, rows, compaction, time limits that skip suspension."""
+
+from __future__ import annotations
+
+import pytest
+
+from storm.mm.config import MMConfig
+from storm.mm.core import Controller
+from storm.mm.protocol import JobRows, LaunchJob
+from storm.mm.store import Store
+from tests.test_core import T0, S, done, launched, reg, spec, state, stored, take
+
+
+def gang(store: Store, mpl: int = 2, nodes: int = 2) -> Controller:
+    config = MMConfig(node_timeout=100.0, mpl=mpl, slice=0.1)
+    ctl = Controller(store, config, T0, "mm-1", policy="gang")
+    for i in range(nodes):
+        reg(ctl, f"n{i + 1}")
+    return ctl
+
+
+def start(ctl: Controller, ranks: int = 2, now: float = T0, **kw: object) -> int:
+    job_id = ctl.submit(spec(ranks, **kw), now).id  # type: ignore[arg-type]
+    launched(ctl, job_id, *ctl.active[job_id].nodes, now=now)
+    return job_id
+
+
+def test_two_wide_jobs_take_two_rows_and_alternate(store: Store) -> None:
+    ctl = gang(store)
+    a, b = start(ctl), start(ctl)
+    launches = [m for _, m in take(ctl) if isinstance(m, LaunchJob)]
+    assert {(m.job_id, m.row) for m in launches} == {(a, 0), (b, 1)}
+    beats = [ctl.heartbeat(T0 + i * 0.1) for i in range(4)]
+    assert [(h.seq, h.row) for h in beats if h] == [(1, 0), (2, 1), (3, 0), (4, 1)]
+    assert all(h is not None and h.epoch == "mm-1" and h.slice == 0.1 for h in beats)
+    view = ctl.matrix_view()
+    assert (view.policy, view.mpl, view.active_row, view.columns) == ("gang", 2, 1, ("n1:0", "n2:0"))
+    assert view.cells == ((a, a), (b, b))
+
+
+def test_batch_sends_no_heartbeats(store: Store) -> None:
+    ctl = Controller(store, MMConfig(node_timeout=100.0), T0, "mm-1")
+    reg(ctl, "n1")
+    assert ctl.heartbeat(T0) is None
+    assert ctl.matrix_view().active_row is None
+
+
+def test_an_ended_job_lets_the_other_row_move_down_and_its_nodes_hear_of_it(store: Store) -> None:
+    ctl = gang(store)
+    a, b = start(ctl), start(ctl)
+    take(ctl)
+    ctl.heartbeat(T0)
+    done(ctl, a, "n1", T0 + 1)
+    done(ctl, a, "n2", T0 + 1)
+    moves = [(n, m) for n, m in take(ctl) if isinstance(m, JobRows)]
+    assert sorted(moves, key=lambda nm: nm[0]) == [
+        ("n1", JobRows(rows={str(b): 0})),
+        ("n2", JobRows(rows={str(b): 0})),
+    ]
+    assert stored(store, b).row == 0
+    assert [ctl.heartbeat(T0 + 1 + i * 0.1).row for i in range(3)] == [0, 0, 0]  # type: ignore[union-attr]
+
+
+def test_registration_tells_the_policy_slice_port_and_rows(store: Store) -> None:
+    ctl = gang(store)
+    ctl.heartbeat_port = 6999
+    a, b = start(ctl), start(ctl)
+    reply = reg(ctl, "n1", jobs=(a, b))
+    assert (reply.policy, reply.slice, reply.heartbeat_port) == ("gang", 0.1, 6999)
+    assert reply.rows == {str(a): 0, str(b): 1}
+
+
+def test_suspended_time_does_not_count_against_the_limit(store: Store) -> None:
+    ctl = gang(store)
+    a = start(ctl, time_limit=1.0)
+    start(ctl)  # the other row: a runs only every other slice
+    now = T0
+    while stored(store, a).ending is None and now < T0 + 10:
+        ctl.heartbeat(now)
+        ctl.tick(now)
+        now = round(now + 0.1, 6)
+    # 1 s of running at half the machine takes about 2 s of wall time before the limit strikes.
+    assert stored(store, a).ending is S.TIMEOUT and state(ctl, a) is S.RUNNING  # its ranks are being stopped
+    assert now - T0 == pytest.approx(2.1, abs=0.15)
+    info = ctl.job_infos((a,), now=now)[0]
+    assert info.suspended_time == pytest.approx(1.0, abs=0.15) and info.row == 0
+
+
+def test_restart_keeps_suspended_time_and_rows(store: Store) -> None:
+    ctl = gang(store)
+    a, b = start(ctl), start(ctl)
+    for i in range(10):
+        ctl.heartbeat(T0 + i * 0.1)
+    done(ctl, a, "n1", T0 + 1.0)
+    done(ctl, a, "n2", T0 + 1.0)
+    suspended = stored(store, a).suspended_time
+    assert suspended == pytest.approx(0.5, abs=0.01)
+    again = Controller(store, MMConfig(node_timeout=100.0, mpl=2, slice=0.1), T0 + 2, "mm-2", policy="gang")
+    assert again.matrix.placement_of(b).row == 0  # type: ignore[union-attr]
+    assert again.heartbeat(T0 + 2).row == 0  # type: ignore[union-attr]
