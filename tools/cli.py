@@ -289,11 +289,11 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.which == "launch":
-        from storm.tools import bench_launch
+    import importlib
 
-        return bench_launch.main(args.options)
-    raise UsageError(f"unknown benchmark {args.which!r}")
+    module = importlib.import_module(f"storm.tools.bench_{args.which}")
+    status: int = module.main(args.options)
+    return status
 
 
 def local_up(args: argparse.Namespace, directory: Path) -> int:
@@ -387,7 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
     lo.set_defaults(func=cmd_local)
 
     b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")
-    b.add_argument("which", choices=("launch",), help="launch: job start latency and throughput vs mpiexec")
+    b.add_argument(
+        "which",
+        choices=("launch", "gang"),
+        help="launch: start latency and throughput vs mpiexec; gang: heartbeats, context switches, overhead",
+    )
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)
     return parser
