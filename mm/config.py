@@ -68,6 +68,8 @@ class NMConfig:
     heartbeat_timeout: float = 0.0
     # Append one line per heartbeat (seq, sent, received, switched) to this file, for benchmarks.
     trace: str = ""
+    # How long a rank spins in a blocking call before it gives the CPU away, in spin-block mode (FCS: 120 us).
+    spin_us: float = 120.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,6 +31,7 @@ from storm.mm.protocol import (
     JobLaunched,
     JobNodeDone,
     JobRows,
+    JobStats,
     KillJob,
     LaunchJob,
     MatrixView,
@@ -43,8 +44,10 @@ from storm.mm.protocol import (
     RankExit,
     RankFailed,
     RankSlot,
+    RankStats,
     RegisterNode,
     Reregister,
+    StatsView,
 )
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
 from storm.mm.slots import GangCycle
@@ -94,6 +97,8 @@ class Controller:
         self.reasons: dict[int, str] = {}
         self.outbox: list[tuple[str, Message]] = []
         self.ended: list[Job] = []
+        # The latest mpihook measurements of each running job, per node, with the time they arrived.
+        self.stats: dict[int, dict[str, tuple[float, tuple[RankStats, ...]]]] = {}
         self._recover(now)
 
     # ---------------------------------------------------------------------------------------------- restart
@@ -366,6 +371,24 @@ class Controller:
             self._end(job, JobState.FAILED, failed[0].status, f"{failed[0].describe()} on {msg.node}", now)
         self._maybe_finish(job.id, now)
 
+    def job_stats(self, msg: JobStats, now: float) -> None:
+        if msg.job_id in self.active and msg.node in self.active[msg.job_id].nodes:
+            self.stats.setdefault(msg.job_id, {})[msg.node] = (now, msg.ranks)
+
+    def stats_view(self, job_id: int, now: float) -> StatsView:
+        job = self.active.get(job_id) or self.pending.get(job_id) or self.store.get_job(job_id)
+        if job is None:
+            raise Rejected("unknown_job", f"no job {job_id}")
+        reports = self.stats.get(job_id, {})
+        ranks = sorted((r for _, ranks in reports.values() for r in ranks), key=lambda r: r.rank)
+        newest = max((when for when, _ in reports.values()), default=None)
+        return StatsView(
+            job_id=job_id,
+            state=job.state.value,
+            age=-1.0 if newest is None else now - newest,
+            ranks=tuple(ranks),
+        )
+
     def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> None:
         """Collect one node's arrival at a cross-node PMI barrier; answer all nodes when the last arrives.
 
@@ -499,6 +522,7 @@ class Controller:
             suspended = self.cycle.forget(job_id)
         if self.tracking[job_id].last_barrier is not None:
             self.store.forget_barrier(job_id)
+        self.stats.pop(job_id, None)
         del self.active[job_id]
         del self.tracking[job_id]
         self.matrix.release(job_id)

@@ -276,6 +276,8 @@ class MachineManager:
                 return p.JobList(req=msg.req, jobs=tuple(self.core.job_infos(msg.job_ids, msg.all, now)))
             case p.GetMatrix():
                 return dataclasses.replace(self.core.matrix_view(), req=msg.req)
+            case p.GetStats():
+                return dataclasses.replace(self.core.stats_view(msg.job_id, now), req=msg.req)
             case p.CancelJobs():
                 results = self.core.cancel(msg.job_ids, caller.uid, caller.user, now)
                 return p.CancelResult(req=msg.req, results=results)
@@ -327,6 +329,8 @@ class MachineManager:
                 reply = p.Ack(job_id=msg.job_id, what=msg.op)
             case p.PmiBarrierIn():
                 self.core.pmi_barrier_in(msg, now)
+            case p.JobStats():
+                self.core.job_stats(msg, now)
             case _:
                 reply = p.Error(code="bad_request", text=f"{msg.op} is not a node message")
         if reply is not None:

@@ -186,6 +186,30 @@ class NodeInfo:
         _check(self.state in NODE_STATES, f"unknown node state {self.state!r}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class RankStats:
+    """One rank's communication as mpihook measured it, since its last reset (FCS paper, Table 1).
+
+    ``state``: ``active`` (measured), ``no-mpi`` (the rank has not entered MPI through the hook: not an MPI
+    program, or not started yet), ``foreign-mpi`` (an MPI other than MPICH's ABI: calls pass through).
+    """
+
+    rank: int
+    node: str
+    pid: int
+    state: str
+    t_cpu: float
+    t_comm: float
+    c_comm: int
+    granularity: float | None
+    calls: int
+    wait_mode: str
+
+    def __post_init__(self) -> None:
+        _check(self.state in ("active", "no-mpi", "foreign-mpi"), f"unknown rank state {self.state!r}")
+        _check(self.wait_mode in ("poll", "spin-block"), f"unknown wait mode {self.wait_mode!r}")
+
+
 # --------------------------------------------------------------------------------------------------------
 # Client <-> MM
 
@@ -303,6 +327,23 @@ class MatrixView(Reply):
     cells: tuple[tuple[int, ...], ...]
 
 
+@message("get_stats")
+@dataclass(frozen=True, kw_only=True)
+class GetStats(Request):
+    job_id: int
+
+
+@message("stats")
+@dataclass(frozen=True, kw_only=True)
+class StatsView(Reply):
+    """A running job's ranks as their node managers last reported them (``age``: seconds since then)."""
+
+    job_id: int
+    state: str
+    age: float
+    ranks: tuple[RankStats, ...]
+
+
 @message("node_list")
 @dataclass(frozen=True, kw_only=True)
 class NodeList(Reply):
@@ -387,6 +428,16 @@ class Heartbeat(Message):
     def __post_init__(self) -> None:
         _check(self.seq >= 0 and self.row >= 0, "seq and row must be >= 0")
         _check(0 < self.slice <= 60, "slice must be in (0, 60] seconds")
+
+
+@message("job_stats")
+@dataclass(frozen=True, kw_only=True)
+class JobStats(Message):
+    """This node's ranks of a job, measured by mpihook; sent with every status report."""
+
+    job_id: int
+    node: str
+    ranks: tuple[RankStats, ...]
 
 
 @message("job_rows")

@@ -5,9 +5,8 @@ and serves PMI, and reports to the NM over an ipc:// ROUTER whose peers are auth
 relays to the MM (DEALER, routing id = node name): launches, rank failures, cross-node PMI barriers and the
 final exits of the node's ranks, which it re-sends until the MM acknowledges them.
 
-Stopping a job: SIGCONT + SIGTERM to every rank's process group, then after ``kill_grace`` SIGKILL to every
-process still in the job shell's session (which catches children the ranks forked). When the ranks are gone
-the job's shared-memory leftovers are removed.
+What happens to a job's processes (start, stop, sweep) lives in nm/local_jobs.py; mpihook's measurements
+are read every time slice by nm/monitor.py and reported with every status.
 
 Under gang scheduling the NM also subscribes to the MM's heartbeats and, on each, stops the ranks of jobs
 outside the active row and continues the others (nm/switcher.py); without heartbeats everything runs.
@@ -21,13 +20,11 @@ import fcntl
 import json
 import logging
 import os
-import pwd
 import signal
 import socket
 import time
 import uuid
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
@@ -38,34 +35,16 @@ from storm.mm.config import StormConfig
 from storm.mm.daemon import bind, peer_credentials
 from storm.mm.priority import request_realtime
 from storm.nm.gang import GangFollower
-from storm.nm.jobdir import JobDir, job_dirs
-from storm.nm.pmi import mpich_shm_names
+from storm.nm.local_jobs import LocalJob, LocalJobs
+from storm.nm.monitor import Monitor
 from storm.nm.processes import LinuxProcesses, Processes
 from storm.nm.switcher import ContextSwitcher
 
 log = logging.getLogger("storm.nm")
 
+
 REGISTER_RETRY_SECONDS = 1.0
 STOP_WAIT_SECONDS = 5.0
-
-
-@dataclass
-class LocalJob:
-    launch: p.LaunchJob
-    dir: JobDir
-    shell_pid: int = 0
-    shell_pidfd: int = -1
-    pids: dict[int, int] = field(default_factory=dict)
-    exits: dict[int, p.RankExit] = field(default_factory=dict)
-    killing: bool = False
-    stopped_by_nm: str = ""  # why the NM stopped the ranks on its own account, if it did
-    # A cross-node PMI barrier the MM has not answered yet: sent again to an MM that restarted meanwhile.
-    barrier: p.PmiBarrierIn | None = None
-    done: p.JobNodeDone | None = None
-
-    @property
-    def identity(self) -> bytes:
-        return f"job-{self.launch.job_id}".encode()
 
 
 class NodeManager:
@@ -80,7 +59,6 @@ class NodeManager:
         self.epoch = uuid.uuid4().hex
         self.mm_epoch = ""
         self.report_interval = 1.0
-        self.jobs: dict[int, LocalJob] = {}
         self.registered = asyncio.Event()
         self.wake_reporter = asyncio.Event()
         self.stopping = asyncio.Event()
@@ -105,6 +83,12 @@ class NodeManager:
         # Line-buffered: a reader sees each heartbeat as it happens (ten short writes a second).
         self.trace = open(config.nm.trace, "a", buffering=1) if config.nm.trace else None  # noqa: SIM115
         self.switcher = ContextSwitcher(self.os, self.trace)
+        self.monitor = Monitor(self.os, self.name)
+        self.local = LocalJobs(
+            config.nm, self.name, self.cpus, self.run_dir, processes=self.os, switcher=self.switcher,
+            monitor=self.monitor,
+        )  # fmt: skip
+        self.jobs = self.local.jobs
 
     def _take_lock(self) -> int:
         fd = os.open(self.run_dir / "nm.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -123,9 +107,9 @@ class NodeManager:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        self._sweep_leftovers()
+        self.local.sweep_leftovers()
         self.os.prepare()  # the job shell launcher starts now, not in the middle of the first job
-        self.shells_endpoint = bind(self.shells, f"ipc://{self.run_dir / 'shells.sock'}")
+        self.local.shells_endpoint = bind(self.shells, f"ipc://{self.run_dir / 'shells.sock'}")
         # Job shells run as their job's user and must reach the NM; their pids authenticate them.
         os.chmod(self.run_dir / "shells.sock", 0o666)  # noqa: S103
         os.chmod(self.run_dir, 0o755)  # noqa: S103
@@ -192,38 +176,17 @@ class NodeManager:
                 log.warning("unexpected %s on the heartbeat socket", beat.op)
             elif self.policy == "gang" and self.follower.accept(beat, time.monotonic()):
                 self.switcher.switch(beat.row, seq=beat.seq, sent=beat.sent)
+                self.monitor.sample()
 
     async def _watchdog(self) -> None:
         """No heartbeat for too long: let every job run rather than leave some stopped for ever."""
         while True:
             await asyncio.sleep(0.1)
+            if self.policy != "gang":
+                self.monitor.sample()  # without heartbeats, a slice of the default length
             if self.follower.expired(time.monotonic()):
                 log.warning("no heartbeat for %.1f s: letting every job run", self.follower.timeout)
                 self.switcher.switch(None)
-
-    def _sweep_leftovers(self) -> None:
-        """Stop the jobs a previous storm-nm of this node left when it died: nobody tracks them any more.
-
-        The MM ends them NODE_FAIL when this NM registers without them.
-        """
-        for jobdir in job_dirs(self.run_dir):
-            record = jobdir.load_record()
-            if record is not None:
-                shell = int(record["shell_pid"])  # type: ignore[call-overload]
-                started = self.os.start_time(shell)
-                # Our shell, or no process at all with its pid: then its session's members are its ranks
-                # (a pid is not reused while a session still carries it). Another process: the pid was reused.
-                if started is None or started == record.get("shell_start"):
-                    victims = self.os.session_members(shell)
-                    for pid in victims:
-                        self.os.signal(pid, signal.SIGKILL)
-                    log.warning(
-                        "job %s: killed %d process(es) left by a previous storm-nm",
-                        record["job_id"],
-                        len(victims),
-                    )
-                self.os.remove_shm(mpich_shm_names(str(record["kvsname"]), int(record["node_index"])))  # type: ignore[call-overload]
-            jobdir.remove()
 
     async def _shutdown(self) -> None:
         """Stop every job of this node and tell the MM, so nothing outlives the NM unseen."""
@@ -232,13 +195,13 @@ class NodeManager:
             log.info("stopping %d job(s) before exiting", len(active))
         for job in active:
             job.stopped_by_nm = f"storm-nm on {self.name} shut down"
-            self.kill(job, job.stopped_by_nm)
+            self.local.kill(job, job.stopped_by_nm)
         deadline = time.monotonic() + self.config.nm.kill_grace + STOP_WAIT_SECONDS
         while any(j.done is None for j in self.jobs.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for job in self.jobs.values():
             if job.done is None:
-                self._shell_gone(job, "storm-nm stopped before the job shell finished")
+                self.local.shell_gone(job, "storm-nm stopped before the job shell finished")
             assert job.done is not None
             await self._to_mm(job.done)
 
@@ -276,6 +239,9 @@ class NodeManager:
                 for job in list(self.jobs.values()):
                     if job.done is not None:
                         await self._to_mm(job.done)
+                    elif job.launch.job_id in self.monitor.jobs:
+                        ranks = tuple(self.monitor.stats(job.launch.job_id))
+                        await self._to_mm(p.JobStats(job_id=job.launch.job_id, node=self.name, ranks=ranks))
                 interval = self.report_interval
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake_reporter.wait(), interval)
@@ -307,7 +273,7 @@ class NodeManager:
                 for job_id in msg.stale_jobs:
                     job = self.jobs.get(job_id)
                     if job is not None:
-                        self.kill(job, "the MM has ended this job")
+                        self.local.kill(job, "the MM has ended this job")
                 for key, row in msg.rows.items():
                     self.switcher.set_row(int(key), row)
                 self._follow(msg)
@@ -323,8 +289,10 @@ class NodeManager:
                 self.registered.clear()
                 self.wake_reporter.set()
             case p.LaunchJob():
-                self.switcher.add(msg.job_id, msg.row)
-                self.launch(msg)
+                if msg.job_id not in self.jobs:  # else a repeated launch: the first one is under way
+                    job = self.local.launch(msg, self._shell_exited)
+                    if job.done is not None:
+                        await self._to_mm(job.done)
             case p.KillJob():
                 job = self.jobs.get(msg.job_id)
                 if job is None:
@@ -332,7 +300,7 @@ class NodeManager:
                 elif job.done is not None:
                     await self._to_mm(job.done)
                 else:
-                    self.kill(job, msg.reason)
+                    self.local.kill(job, msg.reason)
             case p.PmiBarrierOut():
                 job = self.jobs.get(msg.job_id)
                 # Only the answer the shell waits for: after an MM restart the same one may come twice.
@@ -348,59 +316,13 @@ class NodeManager:
             case p.Ack():
                 job = self.jobs.get(msg.job_id)
                 if job is not None and job.done is not None and msg.what == p.JobNodeDone.op:
-                    self._forget(job)
+                    self.local.forget(job)
             case p.Error():
                 log.warning("storm-mm reported an error: %s: %s", msg.code, msg.text)
             case _:
                 log.warning("unexpected %s from the MM", msg.op)
 
     # ---------------------------------------------------------------------------------------------- launch
-
-    def launch(self, msg: p.LaunchJob) -> None:
-        if msg.job_id in self.jobs:
-            return  # a repeated launch: the first one is under way
-        job = LocalJob(launch=msg, dir=JobDir.of(self.run_dir, msg.job_id))
-        self.jobs[msg.job_id] = job
-        try:
-            self._start_shell(job)
-        except (OSError, ValueError, KeyError) as exc:
-            log.warning("job %d: launch failed: %s", msg.job_id, exc)
-            text = f"launch failed on {self.name}: {exc}"
-            self._finish(job, tuple(p.RankExit(rank=s.rank, error=text) for s in msg.slots))
-            return
-        log.info("job %d: shell %d starting ranks %s", msg.job_id, job.shell_pid, [s.rank for s in msg.slots])
-
-    def _start_shell(self, job: LocalJob) -> None:
-        msg = job.launch
-        bad = [s.pe for s in msg.slots if s.pe >= len(self.cpus)]
-        if bad:
-            raise ValueError(f"PE(s) {bad} do not exist on this node ({len(self.cpus)} PEs)")
-        try:
-            pwd.getpwuid(msg.uid)
-        except KeyError:
-            raise ValueError(f"uid {msg.uid} is unknown on this node") from None
-        job.dir.remove()  # a directory left by a crash, for a job id the MM reuses after losing its store
-        log = job.dir.create(msg.uid, msg.gid, p.encode(msg))
-        shell: dict[str, object] = {
-            "jobdir": str(job.dir.path),
-            "endpoint": self.shells_endpoint,
-            "node": self.name,
-            "cpus": self.cpus,
-        }
-        try:
-            job.shell_pid, job.shell_pidfd = self.os.start_shell(shell, uid=msg.uid, gid=msg.gid, log=log)
-        finally:
-            os.close(log)
-        job.dir.save_record(
-            {
-                "job_id": msg.job_id,
-                "shell_pid": job.shell_pid,
-                "shell_start": self.os.start_time(job.shell_pid),
-                "kvsname": msg.kvsname,
-                "node_index": msg.node_index,
-            }
-        )
-        asyncio.get_running_loop().add_reader(job.shell_pidfd, self._shell_exited, job)
 
     # ---------------------------------------------------------------------------------------------- shells
 
@@ -428,11 +350,7 @@ class NodeManager:
             return
         match msg:
             case p.RanksStarted():
-                job.pids = {int(rank): pid for rank, pid in msg.pids.items()}
-                if job.killing:
-                    self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
-                else:
-                    self.switcher.started(job.launch.job_id, job.pids)
+                self.local.started(job, {int(rank): pid for rank, pid in msg.pids.items()})
                 await self._to_mm(p.JobLaunched(job_id=job.launch.job_id, node=self.name, pids=msg.pids))
             case p.RankExited() | p.RankAborted():
                 if isinstance(msg, p.RankExited):
@@ -441,7 +359,7 @@ class NodeManager:
                 if msg.exit.failed and not job.killing:
                     log.info("job %d: %s", job.launch.job_id, msg.exit.describe())
                     await self._to_mm(p.RankFailed(job_id=job.launch.job_id, node=self.name, exit=msg.exit))
-                    self.kill(job, msg.exit.describe())
+                    self.local.kill(job, msg.exit.describe())
             case p.PmiBarrierIn():
                 log.debug("job %d: PMI barrier %d in (%d keys)", msg.job_id, msg.seq, len(msg.kvs))
                 job.barrier = msg
@@ -449,7 +367,7 @@ class NodeManager:
             case p.ShellDone():
                 await self.shells.send_multipart([identity, p.encode(p.Ack(job_id=msg.job_id, what=msg.op))])
                 if job.done is None:
-                    self._finish(job, msg.exits)
+                    self.local.finish(job, msg.exits)
                     await self._to_mm(job.done)  # type: ignore[arg-type]
             case p.ShellHello():
                 pass
@@ -459,7 +377,7 @@ class NodeManager:
         os.close(job.shell_pidfd)
         job.shell_pidfd = -1
         if job.done is None:
-            self._shell_gone(job, "the job shell ended before reporting (its log is in the node's log)")
+            self.local.shell_gone(job, "the job shell ended before reporting (its log is in the node's log)")
             assert job.done is not None
             self._background(self._to_mm(job.done))
 
@@ -467,71 +385,6 @@ class NodeManager:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)
-
-    def _shell_gone(self, job: LocalJob, why: str) -> None:
-        """The shell died before reporting: use its exits file if it wrote one, else fail what is missing."""
-        with contextlib.suppress(OSError, p.ProtocolError):
-            saved = p.decode(job.dir.exits.read_bytes(), p.MAX_NODE_MESSAGE)
-            if isinstance(saved, p.ShellDone):
-                job.exits.update((e.rank, e) for e in saved.exits)
-        self._signal_session(job, signal.SIGKILL)
-        tail = job.dir.log_tail()
-        if tail:
-            log.warning("job %d: job shell log:\n%s", job.launch.job_id, tail)
-        exits = tuple(job.exits.get(s.rank) or p.RankExit(rank=s.rank, error=why) for s in job.launch.slots)
-        self._finish(job, exits)
-
-    # ---------------------------------------------------------------------------------------------- stop
-
-    def kill(self, job: LocalJob, reason: str) -> None:
-        if job.killing or job.done is not None:
-            return
-        job.killing = True
-        self.switcher.remove(job.launch.job_id)  # no more time slices: it is continued to be terminated
-        log.info("job %d: stopping its ranks (%s)", job.launch.job_id, reason)
-        self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
-        if job.shell_pid:
-            self.os.signal(job.shell_pid, signal.SIGTERM)
-        asyncio.get_running_loop().call_later(self.config.nm.kill_grace, self._escalate, job)
-
-    def _escalate(self, job: LocalJob) -> None:
-        if job.done is None:
-            log.info("job %d: ranks outlived the grace period, sending SIGKILL", job.launch.job_id)
-            self._signal_ranks(job, (signal.SIGKILL,))
-            self._signal_session(job, signal.SIGKILL, spare_shell=True)
-
-    def _signal_ranks(self, job: LocalJob, signals: tuple[int, ...]) -> None:
-        # Only ranks still running: the group of one that exited may be empty and its number reused.
-        for rank, pid in job.pids.items():
-            if rank not in job.exits:
-                for sig in signals:
-                    self.os.signal_group(pid, sig)
-
-    def _signal_session(self, job: LocalJob, sig: int, spare_shell: bool = False) -> None:
-        """Signal everything in the job shell's session: the ranks and anything they forked.
-
-        Safe against pid reuse: the kernel does not hand out a number while a session still uses it.
-        """
-        if not job.shell_pid:
-            return
-        for pid in self.os.session_members(job.shell_pid):
-            if not (spare_shell and pid == job.shell_pid):
-                self.os.signal(pid, sig)
-
-    def _finish(self, job: LocalJob, exits: tuple[p.RankExit, ...]) -> None:
-        """All ranks are gone: sweep what they left behind and prepare the report for the MM."""
-        self.switcher.remove(job.launch.job_id)
-        self._signal_session(job, signal.SIGKILL, spare_shell=True)  # what the ranks left running
-        removed = self.os.remove_shm(mpich_shm_names(job.launch.kvsname, job.launch.node_index))
-        if removed:
-            log.info("job %d: removed shared memory left behind: %s", job.launch.job_id, ", ".join(removed))
-        job.done = p.JobNodeDone(
-            job_id=job.launch.job_id, node=self.name, exits=exits, reason=job.stopped_by_nm
-        )
-
-    def _forget(self, job: LocalJob) -> None:
-        del self.jobs[job.launch.job_id]
-        job.dir.remove()
 
 
 def serve(config: StormConfig) -> None:

@@ -51,6 +51,10 @@ class Processes(Protocol):
         """Each process's state letter from /proc (R, S, D, T, Z, ...), None for a pid that is gone."""
         ...
 
+    def cpu_ns(self, pid: int) -> int | None:
+        """CPU time of the process's main thread in nanoseconds (the kernel's accounting), None if gone."""
+        ...
+
     def remove_shm(self, names: Collection[str]) -> list[str]:
         """Unlink those of the named /dev/shm entries that exist; return the names removed."""
         ...
@@ -106,6 +110,13 @@ class LinuxProcesses:
             fields = _stat_fields(pid)
             result[pid] = None if fields is None else fields[0]
         return result
+
+    def cpu_ns(self, pid: int) -> int | None:
+        try:
+            with open(f"/proc/{pid}/schedstat", "rb") as f:
+                return int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
 
     def session_members(self, sid: int) -> list[int]:
         members = []

@@ -49,8 +49,20 @@ class Rank:
     exit: p.RankExit | None = None
 
 
-def rank_environment(launch: p.LaunchJob, rank: int, node: str, pmi_fd: int) -> dict[str, str]:
-    env = {k: v for k, v in launch.env.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_"))}
+@dataclass(frozen=True)
+class Hook:
+    """mpihook for this job's ranks: the library to preload and the statistics segment the NM made."""
+
+    library: str
+    segment: str
+
+
+def rank_environment(
+    launch: p.LaunchJob, rank: int, node: str, pmi_fd: int, hook: Hook | None = None
+) -> dict[str, str]:
+    env = {
+        k: v for k, v in launch.env.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "STORM_HOOK_"))
+    }
     env.update(
         PMI_FD=str(pmi_fd),
         PMI_RANK=str(rank),
@@ -60,14 +72,27 @@ def rank_environment(launch: p.LaunchJob, rank: int, node: str, pmi_fd: int) -> 
         STORM_SIZE=str(launch.size),
         STORM_NODE=node,
     )
+    if hook is not None:
+        index = [s.rank for s in launch.slots].index(rank)
+        # Preloaded in the ranks only: the job shell and its launcher never load it.
+        preload = " ".join(filter(None, (hook.library, env.get("LD_PRELOAD", ""))))
+        env.update(LD_PRELOAD=preload, STORM_HOOK_SEGMENT=hook.segment, STORM_HOOK_INDEX=str(index))
     return env
 
 
 class Shell:
     def __init__(
-        self, launch: p.LaunchJob, node: str, cpus: list[int], endpoint: str, jobdir: JobDir
+        self,
+        launch: p.LaunchJob,
+        node: str,
+        cpus: list[int],
+        endpoint: str,
+        jobdir: JobDir,
+        *,
+        hook: Hook | None = None,
     ) -> None:
         self.launch = launch
+        self.hook = hook
         self.node = node
         self.cpus = cpus
         self.jobdir = jobdir
@@ -127,7 +152,7 @@ class Shell:
         try:
             proc = subprocess.Popen(
                 list(self.launch.argv),
-                env=rank_environment(self.launch, r.rank, self.node, child.fileno()),
+                env=rank_environment(self.launch, r.rank, self.node, child.fileno(), self.hook),
                 cwd=self.launch.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -298,13 +323,16 @@ class Shell:
         return 0
 
 
-def run_shell(jobdir: Path, *, endpoint: str, node: str, cpus: list[int]) -> int:
+def run_shell(
+    jobdir: Path, *, endpoint: str, node: str, cpus: list[int], hook_library: str = "", hook_segment: str = ""
+) -> int:
     """Run the job shell of the job whose directory is ``jobdir`` until its last rank has ended."""
     directory = JobDir(jobdir)
     launch = p.decode(directory.launch.read_bytes(), p.MAX_NODE_MESSAGE)
     if not isinstance(launch, p.LaunchJob):
         raise SystemExit(f"{directory.launch} does not hold a launch_job message")
-    return asyncio.run(Shell(launch, node, cpus, endpoint, directory).run())
+    hook = Hook(hook_library, hook_segment) if hook_library and hook_segment else None
+    return asyncio.run(Shell(launch, node, cpus, endpoint, directory, hook=hook).run())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,18 @@ JOB_INFO = p.JobInfo(
 NODE_INFO = p.NodeInfo(
     name="n1", state="UP", pes=4, pes_used=2, address="10.0.0.1", last_seen=5.25, reason="", jobs=(12, 13)
 )
+RANK_STATS = p.RankStats(
+    rank=1,
+    node="n1",
+    pid=99,
+    state="active",
+    t_cpu=1.5,
+    t_comm=0.25,
+    c_comm=1000,
+    granularity=0.00175,
+    calls=2000,
+    wait_mode="spin-block",
+)
 EXITS = (RankExit(rank=0, exit_code=0), RankExit(rank=1, signal=9), RankExit(rank=2, error="no such file"))
 SLOTS = (RankSlot(rank=2, pe=0), RankSlot(rank=3, pe=5))
 
@@ -65,6 +77,9 @@ EXAMPLES: dict[str, p.Message] = {
     ),
     "heartbeat": p.Heartbeat(epoch="m", seq=41, row=1, sent=1700000000.25, slice=0.1),
     "job_rows": p.JobRows(rows={"3": 0, "4": 1}),
+    "job_stats": p.JobStats(job_id=3, node="n1", ranks=(RANK_STATS,)),
+    "get_stats": p.GetStats(req=9, job_id=3),
+    "stats": p.StatsView(req=9, job_id=3, state="RUNNING", age=0.5, ranks=(RANK_STATS, RANK_STATS)),
     "get_matrix": p.GetMatrix(req=8),
     "matrix": p.MatrixView(
         req=8,

@@ -247,6 +247,35 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    with Client(args.mm) as client:
+        view = client.call(p.GetStats(job_id=args.job_id), p.StatsView)
+    if args.json:
+        print(json.dumps(as_json(view), indent=1))
+        return 0
+    if not view.ranks:
+        print(f"job {view.job_id} ({view.state}): no statistics yet" if view.state in ("STARTING", "RUNNING")
+              else f"job {view.job_id} ({view.state}): statistics are kept while a job runs")  # fmt: skip
+        return 0
+    print(f"job {view.job_id} ({view.state}), reported {view.age:.1f} s ago; times per communication event:")
+
+    def per_event(seconds: float, events: int) -> str:
+        return f"{seconds / events * 1000:.3f}" if events else "-"
+
+    rows = [
+        (
+            r.rank, r.node, r.pid, r.state, f"{r.t_cpu:.3f}", f"{r.t_comm:.3f}", r.c_comm,
+            per_event(r.t_cpu, r.c_comm), per_event(r.t_comm, r.c_comm),
+            "-" if r.granularity is None else f"{r.granularity * 1000:.3f}", r.wait_mode,
+        )
+        for r in view.ranks
+    ]  # fmt: skip
+    headers = ("RANK", "NODE", "PID", "STATE", "T_CPU(s)", "T_COMM(s)", "C_COMM", "CPU/EV(ms)", "WAIT/EV(ms)",
+               "G(ms)", "WAIT")  # fmt: skip
+    print(table(headers, rows))
+    return 0
+
+
 def cmd_nodes(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         nodes = client.nodes()
@@ -368,6 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("matrix", help="the Ousterhout matrix: rows (time slots) x PEs")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_matrix)
+
+    st = sub.add_parser("stats", help="a running job's MPI communication, per rank (mpihook)")
+    st.add_argument("job_id", type=int, metavar="JOBID")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_stats)
 
     n = sub.add_parser("nodes", help="list node managers")
     n.add_argument("--json", action="store_true")
