@@ -101,6 +101,7 @@ def test_a_tiny_run_writes_sane_figures(tmp_path: Path, capsys: pytest.CaptureFi
     result = json.loads(out.read_text())
     assert set(result) == {
         "machine", "parameters", "heartbeats", "switching", "overhead_cpu_percent", "compute_alone", "goals",
+        "host_floor",
     }  # fmt: skip
     assert [(r["nms"], r["load"]) for r in result["heartbeats"]] == [(2, "idle"), (2, "loaded")]
     for run in result["heartbeats"]:
@@ -119,4 +120,7 @@ def test_a_tiny_run_writes_sane_figures(tmp_path: Path, capsys: pytest.CaptureFi
         len(compute["submit_to_end_seconds"]["batch"]) == len(compute["submit_to_end_seconds"]["gang"]) == 1
     )
     assert 0.5 < compute["gang_over_batch"] < 3
+    (floor,) = result["host_floor"]
+    assert floor["nms"] == 2 and floor["heartbeats"] > 0
+    assert 0 < floor["latency_ms"]["median"] <= floor["latency_ms"]["max"] < 1000
     assert "gang/batch" in capsys.readouterr().out
