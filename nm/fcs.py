@@ -1,0 +1,157 @@
+"""Flexible CoScheduling: classify each process (Algorithm 2), decide each PE's context switch (Algorithm 1).
+
+Frachtenberg, Feitelson, Petrini and Fernandez, IEEE TPDS 2005, section 2. Every process is classified on
+its own, at the end of each of its assigned time slots, from what mpihook measured since its last reset:
+
+- CS (coscheduling): fine-grained, it needs its peers running when it runs: g < CS_thresh;
+- F (frustrated): it should be CS, but load imbalance makes it wait for communication: g < DC_thresh and
+  the average CPU time per communication T_cpu < F_thresh;
+- DC (don't care): coarse-grained, it can run whenever.
+
+A process is evaluated only after ``cslots_min`` slots in its current class, so that a class has time to
+show; every ``tslots_max`` assigned slots it is forced back to CS, with the whole job in the same slot (the
+MM announces that reset in the heartbeat, so every node does it in the same slot), so a job whose behaviour
+changed gets a fresh look. Measurements restart on every class change and on that reset. New jobs start as
+CS, which under FCS means plain gang scheduling until they have shown otherwise.
+
+Scheduling, per PE and time slot: a CS process in the active row runs alone, busy-polling in its blocking
+calls. Otherwise every DC and F process of the PE may run (the OS shares the CPU among them) with spin-block
+waits, and an F process whose slot it is gets priority. CS processes never run outside their own slot.
+
+Pure: no I/O; the node manager measures and signals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+
+class Klass(StrEnum):
+    CS = "CS"
+    F = "F"
+    DC = "DC"
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Table 2 of the paper; times in seconds."""
+
+    slice: float = 0.1
+    spin: float = 120e-6
+    cslots_min: int = 20
+    dc_thresh: float = 1.0
+    cs_thresh: float = 0.002
+    f_thresh: float = 0.85 * 0.002
+    tslots_max: int = 32768
+
+    def __post_init__(self) -> None:
+        if not (0 < self.f_thresh <= self.cs_thresh < self.dc_thresh and self.cslots_min >= 1):
+            raise ValueError("FCS constants need 0 < F_thresh <= CS_thresh < DC_thresh and cslots_min >= 1")
+        if self.tslots_max < 1 or self.slice <= 0 or self.spin < 0:
+            raise ValueError("FCS constants need tslots_max >= 1, slice > 0 and spin >= 0")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What mpihook measured since the last reset (Table 1): T_cpu, T_comm in seconds, C_comm events."""
+
+    t_cpu: float
+    t_comm: float
+    c_comm: int
+
+    @property
+    def cpu_per_comm(self) -> float:
+        return self.t_cpu / self.c_comm if self.c_comm else float("inf")
+
+    @property
+    def granularity(self) -> float:
+        """g = T_cpu/C_comm + T_comm/C_comm: the average length of one compute-and-communicate step."""
+        return (self.t_cpu + self.t_comm) / self.c_comm if self.c_comm else float("inf")
+
+
+@dataclass(frozen=True)
+class ProcessClass:
+    klass: Klass = Klass.CS
+    cslots: int = 0  # assigned slots in the current class
+    tslots: int = 0  # assigned slots since the process started
+
+
+def classify(measured: Measurement, constants: Constants) -> Klass:
+    """The class a measurement calls for (Algorithm 2 without its bookkeeping): Fig. 2's phase diagram."""
+    g = measured.granularity
+    if g < constants.cs_thresh:
+        return Klass.CS
+    if g < constants.dc_thresh and measured.cpu_per_comm < constants.f_thresh:
+        return Klass.F
+    return Klass.DC
+
+
+def end_of_slot(
+    state: ProcessClass, measured: Measurement | None, constants: Constants, *, job_reset: bool = False
+) -> tuple[ProcessClass, bool]:
+    """Algorithm 2, run for a process that just finished its assigned time slot.
+
+    ``job_reset`` is the forced return to CS of the whole job (tslots reached a multiple of tslots_max; the
+    MM says so in the heartbeat so that all of the job's processes do it together). ``measured`` is None for
+    a process that never entered MPI through the hook: it does not communicate, so it is DC once it has had
+    its ``cslots_min`` slots. Returns the new state and whether measurements must restart.
+    """
+    state = replace(state, cslots=state.cslots + 1, tslots=state.tslots + 1)
+    if job_reset:
+        return replace(state, klass=Klass.CS, cslots=0), True
+    if state.cslots < constants.cslots_min:
+        return state, False
+    new = Klass.DC if measured is None else classify(measured, constants)
+    if new is state.klass:
+        return state, False
+    return replace(state, klass=new, cslots=0), True
+
+
+# ---------------------------------------------------------------------------------------------------
+# Algorithm 1: the context switch, per processing element
+
+
+@dataclass(frozen=True)
+class Process:
+    """One rank as the switch sees it: which PE it is pinned to, which row it was assigned, its class."""
+
+    key: tuple[int, int]  # (job id, rank)
+    pe: int
+    row: int
+    klass: Klass
+
+
+@dataclass(frozen=True)
+class Decision:
+    run: bool
+    spin_block: bool = False  # its wait mode: spin-block, or busy polling
+    prioritized: bool = False
+
+
+def context_switch(processes: Iterable[Process], active_row: int | None) -> dict[tuple[int, int], Decision]:
+    """Algorithm 1 for every PE of a node; ``active_row`` None lets every process run (no heartbeats)."""
+    by_pe: dict[int, list[Process]] = {}
+    for proc in processes:
+        by_pe.setdefault(proc.pe, []).append(proc)
+    decisions: dict[tuple[int, int], Decision] = {}
+    for procs in by_pe.values():
+        if active_row is None:
+            for proc in procs:
+                decisions[proc.key] = Decision(run=True, spin_block=proc.klass is not Klass.CS)
+            continue
+        current = [p for p in procs if p.row == active_row]
+        if any(p.klass is Klass.CS for p in current):
+            # A CS process gets the PE to itself for its whole slot, polling: nothing else may disturb it.
+            for proc in procs:
+                decisions[proc.key] = Decision(run=proc in current)
+            continue
+        for proc in procs:
+            flexible = proc.klass is not Klass.CS  # DC and F fill the PE; CS only ever runs in its own slot
+            decisions[proc.key] = Decision(
+                run=flexible,
+                spin_block=flexible,
+                prioritized=flexible and proc.klass is Klass.F and proc.row == active_row,
+            )
+    return decisions
