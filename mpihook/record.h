@@ -11,7 +11,7 @@
  *
  * Each record has two parts on separate cache lines, so that the two writers never share a line:
  *   - statistics, written only by the rank's hook, with a sequence number at each end so that a reader
- *     can check one plain copy: an update first stores the new (odd) number in `seq_end`, then the fields,
+ *     can check one plain copy: an update first stores the next number in `seq_end`, then the fields,
  *     then the same number in `seq` last, each store a release store. A copy made in ascending address
  *     order (a memcpy, a pread) is consistent when its `seq` equals its `seq_end`; otherwise read again.
  *     (An update that began before the copy reached `seq_end` leaves `seq_end` ahead of `seq`.)

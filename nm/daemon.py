@@ -82,8 +82,8 @@ class NodeManager:
         self.heartbeat_endpoint = ""
         # Line-buffered: a reader sees each heartbeat as it happens (ten short writes a second).
         self.trace = open(config.nm.trace, "a", buffering=1) if config.nm.trace else None  # noqa: SIM115
-        self.switcher = ContextSwitcher(self.os, self.trace)
         self.monitor = Monitor(self.os, self.name)
+        self.switcher = ContextSwitcher(self.os, self.trace, self.monitor.switched)
         self.local = LocalJobs(
             config.nm, self.name, self.cpus, self.run_dir, processes=self.os, switcher=self.switcher,
             monitor=self.monitor,
@@ -175,8 +175,8 @@ class NodeManager:
             if not isinstance(beat, p.Heartbeat):
                 log.warning("unexpected %s on the heartbeat socket", beat.op)
             elif self.policy == "gang" and self.follower.accept(beat, time.monotonic()):
+                self.monitor.sample()  # first: who is inside a blocking call as the slice ends
                 self.switcher.switch(beat.row, seq=beat.seq, sent=beat.sent)
-                self.monitor.sample()
 
     async def _watchdog(self) -> None:
         """No heartbeat for too long: let every job run rather than leave some stopped for ever."""

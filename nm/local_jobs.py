@@ -124,8 +124,13 @@ class LocalJobs:
             "cpus": self.cpus,
         }
         segment = self._hook_segment(msg)
-        if segment is not None:
-            shell.update(hook_library=str(self.hook_library), hook_segment=segment.name)
+        if self.hook_library is not None:
+            # Every rank of a job runs the hook or none does: it turns blocking collectives into
+            # nonblocking ones, and MPICH never matches the two kinds. Without a segment it only passes
+            # calls through.
+            shell.update(
+                hook_library=str(self.hook_library), hook_segment="" if segment is None else segment.name
+            )
         try:
             job.shell_pid, job.shell_pidfd = self.os.start_shell(shell, uid=msg.uid, gid=msg.gid, log=log_fd)
         finally:

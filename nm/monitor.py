@@ -8,6 +8,10 @@ Per rank, since its last reset (a class change or the age expiry of FCS; the job
   nanoseconds) less the CPU it burnt polling inside MPI (MPICH busy-polls: that is waiting, not work);
 - the granularity g = (T_cpu + T_comm) / C_comm, the average time of one compute-and-communicate step.
 
+A rank that gang scheduling stops inside a blocking call would have the whole stop counted as waiting (the
+hook measures wall time): the NM, which does the stopping, takes that time out again ("measurements are
+taken whenever a process is running", section 2.3 of the paper).
+
 Records are read for every job at every time slice with one pread per job (mpihook/stats.py); the kernel's
 CPU time is read only when a measurement is wanted (a report, a classification).
 """
@@ -15,10 +19,11 @@ CPU time is read only when a measurement is wanted (a report, a classification).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from storm.mm.protocol import RankStats
-from storm.mpihook.stats import FOREIGN_MPI, WAIT_SPINBLOCK, HookSegment, RankCounters
+from storm.mpihook.stats import FOREIGN_MPI, WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters
 from storm.nm.processes import Processes
 
 log = logging.getLogger("storm.nm")
@@ -33,6 +38,8 @@ class Baseline:
     polled_ns: int = 0
     calls: int = 0
     cpu_ns: int = 0
+    stopped_ns: int = 0
+    stopped_polling_ns: int = 0
 
 
 @dataclass
@@ -60,20 +67,53 @@ class JobMonitor:
         self.pids: dict[int, int] = {}  # record index -> pid
         self.latest: list[RankCounters | None] = [None] * len(ranks)
         self.base = [Baseline() for _ in ranks]
+        self.modes = [WAIT_POLL] * len(ranks)
+        # Time stopped by gang scheduling while inside a blocking call, in all and while polling.
+        self.stopped_ns = [0] * len(ranks)
+        self.stopped_polling_ns = [0] * len(ranks)
+        self._paused: dict[int, tuple[int, bool]] = {}  # index -> (monotonic ns at the stop, polling)
 
-    def sample(self) -> None:
-        """Read every record of the job (one system call); called at every time slice."""
+    def pause(self, now_ns: int) -> None:
+        """The job's ranks were just stopped: remember which of them were inside a blocking call."""
+        for index, counters in enumerate(self.latest):
+            if counters is not None and counters.in_call:
+                self._paused[index] = (now_ns, self.modes[index] == WAIT_POLL)
+
+    def resume(self, now_ns: int) -> None:
+        for index, (since, polling) in self._paused.items():
+            self.stopped_ns[index] += now_ns - since
+            if polling:
+                self.stopped_polling_ns[index] += now_ns - since
+        self._paused.clear()
+
+    def sample(self) -> list[int]:
+        """Read every record of the job (one system call); called at every time slice.
+
+        Returns the indexes of ranks that have just entered MPI: their measurements start there, not
+        with the start-up of their program.
+        """
         fresh = self.segment.read_all()
+        began = [
+            i for i, (new, old) in enumerate(zip(fresh, self.latest, strict=True))
+            if new is not None and new.active and not (old is not None and old.active)
+        ]  # fmt: skip
         self.latest = [new if new is not None else old for new, old in zip(fresh, self.latest, strict=True)]
+        return began
 
     def measure(self, index: int, cpu_ns: int | None) -> Measurement | None:
         counters = self.latest[index]
         if counters is None or not counters.active or cpu_ns is None:
             return None
         base = self.base[index]
-        comm = counters.comm_ns - base.comm_ns
-        work = (cpu_ns - base.cpu_ns) - (polled(counters) - base.polled_ns)
-        return Measurement(t_cpu=max(0, work) / 1e9, t_comm=comm / 1e9, c_comm=counters.events - base.events)
+        comm = (counters.comm_ns - base.comm_ns) - (self.stopped_ns[index] - base.stopped_ns)
+        polled_ns = (polled(counters) - base.polled_ns) - (
+            self.stopped_polling_ns[index] - base.stopped_polling_ns
+        )
+        work = (cpu_ns - base.cpu_ns) - polled_ns
+        # A stop is subtracted when the rank resumes, its call's time only when the call returns: clamp.
+        return Measurement(
+            t_cpu=max(0, work) / 1e9, t_comm=max(0, comm) / 1e9, c_comm=counters.events - base.events
+        )
 
     def reset(self, index: int, cpu_ns: int | None) -> None:
         """Start measuring afresh (FCS resets on a class change and on age expiry)."""
@@ -86,6 +126,8 @@ class JobMonitor:
             polled_ns=polled(counters),
             calls=counters.calls,
             cpu_ns=cpu_ns,
+            stopped_ns=self.stopped_ns[index],
+            stopped_polling_ns=self.stopped_polling_ns[index],
         )
 
 
@@ -114,13 +156,29 @@ class Monitor:
 
     def sample(self) -> None:
         for job in self.jobs.values():
-            job.sample()
+            for index in job.sample():
+                pid = job.pids.get(index)
+                job.reset(index, self.os.cpu_ns(pid) if pid else None)
 
-    def set_wait(self, job_id: int, mode: int, spin_ns: int) -> None:
+    def set_wait(self, job_id: int, mode: int, spin_ns: int, index: int | None = None) -> None:
+        """Set the wait mode of one rank of the job (by record index) or of all of them."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return
+        for i in range(len(job.ranks)) if index is None else (index,):
+            if job.modes[i] != mode:
+                job.segment.set_wait(i, mode, spin_ns)
+                job.modes[i] = mode
+
+    def switched(self, job_id: int, running: bool) -> None:
+        """Gang scheduling stopped or continued the job's ranks on this node."""
         job = self.jobs.get(job_id)
         if job is not None:
-            for index in range(len(job.ranks)):
-                job.segment.set_wait(index, mode, spin_ns)
+            now = time.monotonic_ns()
+            if running:
+                job.resume(now)
+            else:
+                job.pause(now)
 
     def stats(self, job_id: int) -> list[RankStats]:
         """The job's ranks as ``storm stats`` shows them (reads each rank's CPU time from the kernel)."""
@@ -132,7 +190,7 @@ class Monitor:
             pid = job.pids.get(index, 0)
             counters = job.latest[index]
             measurement = job.measure(index, self.os.cpu_ns(pid) if pid else None)
-            mode, _spin = job.segment.wait_mode(index)
+            mode = job.modes[index]
             if counters is not None and counters.flags & FOREIGN_MPI:
                 state = "foreign-mpi"
             elif counters is None or not counters.active:

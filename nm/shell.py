@@ -51,7 +51,8 @@ class Rank:
 
 @dataclass(frozen=True)
 class Hook:
-    """mpihook for this job's ranks: the library to preload and the statistics segment the NM made."""
+    """mpihook for this job's ranks: the library to preload and the statistics segment the NM made ("" if
+    it could not make one: the hook then passes calls through)."""
 
     library: str
     segment: str
@@ -76,7 +77,9 @@ def rank_environment(
         index = [s.rank for s in launch.slots].index(rank)
         # Preloaded in the ranks only: the job shell and its launcher never load it.
         preload = " ".join(filter(None, (hook.library, env.get("LD_PRELOAD", ""))))
-        env.update(LD_PRELOAD=preload, STORM_HOOK_SEGMENT=hook.segment, STORM_HOOK_INDEX=str(index))
+        env["LD_PRELOAD"] = preload
+        if hook.segment:
+            env.update(STORM_HOOK_SEGMENT=hook.segment, STORM_HOOK_INDEX=str(index))
     return env
 
 
@@ -331,7 +334,7 @@ def run_shell(
     launch = p.decode(directory.launch.read_bytes(), p.MAX_NODE_MESSAGE)
     if not isinstance(launch, p.LaunchJob):
         raise SystemExit(f"{directory.launch} does not hold a launch_job message")
-    hook = Hook(hook_library, hook_segment) if hook_library and hook_segment else None
+    hook = Hook(hook_library, hook_segment) if hook_library else None
     return asyncio.run(Shell(launch, node, cpus, endpoint, directory, hook=hook).run())
 
 

@@ -15,6 +15,7 @@ import signal
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -36,8 +37,14 @@ class SwitchedJob:
 
 
 class ContextSwitcher:
-    def __init__(self, processes: Processes, trace: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        processes: Processes,
+        trace: TextIO | None = None,
+        on_switch: Callable[[int, bool], None] | None = None,
+    ) -> None:
         self.os = processes
+        self.on_switch = on_switch  # told (job id, running) whenever a job is stopped or continued
         self.jobs: dict[int, SwitchedJob] = {}
         self.active: int | None = None
         self.trace = trace
@@ -65,6 +72,7 @@ class ContextSwitcher:
         if not runnable({job_id: job.row}, self.active)[job_id]:
             self._signal(job, signal.SIGSTOP)
             job.running = False
+            self._told(job_id, running=False)
 
     def rank_gone(self, job_id: int, rank: int) -> None:
         """A rank ended: never signal its process group again (its number may be reused)."""
@@ -85,12 +93,16 @@ class ContextSwitcher:
         wanted = runnable({job_id: job.row for job_id, job in self.jobs.items()}, active)
         stop = [job for job_id, job in self.jobs.items() if job.running and not wanted[job_id]]
         cont = [job for job_id, job in self.jobs.items() if not job.running and wanted[job_id]]
-        for job in stop:
-            self._signal(job, signal.SIGSTOP)
-            job.running = False
-        for job in cont:
-            self._signal(job, signal.SIGCONT)
-            job.running = True
+        for job_id, job in self.jobs.items():
+            if job in stop:
+                self._signal(job, signal.SIGSTOP)
+                job.running = False
+                self._told(job_id, running=False)
+        for job_id, job in self.jobs.items():
+            if job in cont:
+                self._signal(job, signal.SIGCONT)
+                job.running = True
+                self._told(job_id, running=True)
         expected = {pid: False for job in stop for pid in job.pids.values()}
         expected.update({pid: True for job in cont for pid in job.pids.values()})
         if not expected:
@@ -102,6 +114,10 @@ class ContextSwitcher:
         self._verifying = asyncio.get_running_loop().create_task(
             self._verify(expected, seq, active, sent, received)
         )
+
+    def _told(self, job_id: int, *, running: bool) -> None:
+        if self.on_switch is not None:
+            self.on_switch(job_id, running)
 
     def _signal(self, job: SwitchedJob, sig: int) -> None:
         for pid in job.pids.values():

@@ -129,5 +129,8 @@ def test_each_rank_is_pinned_to_its_pe_and_leads_its_own_process_group(
         name: json.loads((cluster.node_dir(name) / "nm.json").read_text())["cpus"]
         for name in cluster.node_names()
     }
-    lines = sorted((tmp_path / f"storm-{job.id}.out").read_text().splitlines())
-    assert lines == [f"0 node0 {cpus['node0']} True True", f"1 node1 {cpus['node1']} True True"]
+    text = (tmp_path / f"storm-{job.id}.out").read_text()
+    assert sorted(text.splitlines()) == [
+        f"0 node0 {cpus['node0']} True True",
+        f"1 node1 {cpus['node1']} True True",
+    ], text

@@ -254,8 +254,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(as_json(view), indent=1))
         return 0
     if not view.ranks:
-        print(f"job {view.job_id} ({view.state}): no statistics yet" if view.state in ("STARTING", "RUNNING")
-              else f"job {view.job_id} ({view.state}): statistics are kept while a job runs")  # fmt: skip
+        live = view.state in ("PENDING", "STARTING", "RUNNING")
+        print(
+            f"job {view.job_id} ({view.state}): "
+            + ("no statistics yet" if live else "statistics are kept while a job runs")
+        )
         return 0
     print(f"job {view.job_id} ({view.state}), reported {view.age:.1f} s ago; times per communication event:")
 
@@ -423,8 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")
     b.add_argument(
         "which",
-        choices=("launch", "gang"),
-        help="launch: start latency and throughput vs mpiexec; gang: heartbeats, context switches, overhead",
+        choices=("launch", "gang", "hook"),
+        help="launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost",
     )
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)

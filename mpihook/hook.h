@@ -1,0 +1,226 @@
+/*
+ * mpihook's private header: the state shared by hook.c (set-up, statistics, spin-block) and the wrappers
+ * (p2p.c, coll.c). The hook is a PMPI library: it defines MPI_X for every blocking communication call and
+ * calls the real PMPI_X, found at run time (hook.c). See record.h for what it publishes.
+ *
+ * Threads: the hook assumes that one thread calls MPI at a time (MPI_THREAD_SINGLE, FUNNELED or
+ * SERIALIZED). Its nesting depth and counters are plain process-wide variables; with MPI_THREAD_MULTIPLE
+ * and concurrent blocking calls the statistics would be wrong (never the calls themselves).
+ */
+#ifndef STORM_HOOK_H
+#define STORM_HOOK_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "mpich_abi.h"
+#include "record.h"
+
+/*
+ * Handles as the wrappers receive them. In the MPICH ABI a handle is an int, but the same wrappers must also
+ * pass the calls of another MPI (Open MPI, the MPI-5 standard ABI: pointer handles) through unchanged, since
+ * an LD_PRELOAD library cannot know in advance which one the program uses. On x86-64 (System V ABI) every
+ * integer or pointer argument travels in its own 64-bit register or 8-byte stack slot, whatever its C type:
+ * reading a handle parameter as a 64-bit integer therefore gets the whole pointer of a pointer-handle ABI,
+ * and forwarding it to a function declared the same way hands the callee exactly the bits the caller passed.
+ * An MPICH callee reads only the low 32 bits, as it would have from the program. Only the MPICH path ever
+ * looks at a handle's value (after narrowing it to int).
+ */
+typedef intptr_t hk_handle;
+
+/* The real functions the hook calls, resolved once (hook.c): "PMPI_" + name. */
+#define STORM_REAL_FUNCTIONS(X)                                                                              \
+    X(Init) X(Init_thread) X(Finalize) X(Comm_rank) X(Cancel)                                                \
+    X(Send) X(Send_c) X(Ssend) X(Ssend_c) X(Bsend) X(Bsend_c) X(Rsend) X(Rsend_c) X(Recv) X(Recv_c)          \
+    X(Sendrecv) X(Sendrecv_c) X(Sendrecv_replace) X(Sendrecv_replace_c) X(Probe) X(Mprobe) X(Mrecv)          \
+    X(Mrecv_c) X(Wait) X(Waitall) X(Waitany) X(Waitsome)                                                     \
+    X(Isend) X(Isend_c) X(Issend) X(Issend_c) X(Ibsend) X(Ibsend_c) X(Irsend) X(Irsend_c) X(Irecv)           \
+    X(Irecv_c) X(Iprobe) X(Improbe) X(Imrecv) X(Imrecv_c) X(Test) X(Testall) X(Testany) X(Testsome)          \
+    X(Barrier) X(Bcast) X(Bcast_c) X(Reduce) X(Reduce_c) X(Allreduce) X(Allreduce_c) X(Gather) X(Gather_c)   \
+    X(Gatherv) X(Gatherv_c) X(Scatter) X(Scatter_c) X(Scatterv) X(Scatterv_c) X(Allgather) X(Allgather_c)    \
+    X(Allgatherv) X(Allgatherv_c) X(Alltoall) X(Alltoall_c) X(Alltoallv) X(Alltoallv_c) X(Alltoallw)         \
+    X(Alltoallw_c) X(Reduce_scatter) X(Reduce_scatter_c) X(Reduce_scatter_block) X(Reduce_scatter_block_c)   \
+    X(Scan) X(Scan_c) X(Exscan) X(Exscan_c)                                                                  \
+    X(Ibarrier) X(Ibcast) X(Ibcast_c) X(Ireduce) X(Ireduce_c) X(Iallreduce) X(Iallreduce_c) X(Igather)       \
+    X(Igather_c) X(Igatherv) X(Igatherv_c) X(Iscatter) X(Iscatter_c) X(Iscatterv) X(Iscatterv_c)             \
+    X(Iallgather) X(Iallgather_c) X(Iallgatherv) X(Iallgatherv_c) X(Ialltoall) X(Ialltoall_c) X(Ialltoallv)  \
+    X(Ialltoallv_c) X(Ialltoallw) X(Ialltoallw_c) X(Ireduce_scatter) X(Ireduce_scatter_c)                    \
+    X(Ireduce_scatter_block) X(Ireduce_scatter_block_c) X(Iscan) X(Iscan_c) X(Iexscan) X(Iexscan_c)
+
+enum storm_fn_id {
+#define STORM_ENUM(name) FN_##name,
+    STORM_REAL_FUNCTIONS(STORM_ENUM)
+#undef STORM_ENUM
+    FN_COUNT
+};
+
+enum storm_abi { ABI_UNKNOWN, ABI_MPICH, ABI_FOREIGN };
+
+/* The library exports the MPI_* wrappers and sched_yield only. */
+#define STORM_INTERNAL __attribute__((visibility("hidden")))
+
+struct storm_state {
+    int ready;                        /* storm_setup() has run */
+    int abi;                          /* enum storm_abi */
+    int depth;                        /* nesting of wrapped calls: only the outermost is counted */
+    struct storm_hook_record *record; /* NULL: no statistics (no or bad segment, or a foreign MPI) */
+    uint64_t gap_ns;                  /* see hook.c, STORM_HOOK_GAP_NS */
+    /* the hook's own copy of what it publishes, so that it never reads the shared cache line back */
+    uint64_t seq, calls, events, comm_ns, spin_ns, block_ns, exit_ns;
+    uint32_t flags;
+    void *fn[FN_COUNT];
+};
+
+extern STORM_INTERNAL struct storm_state storm;
+
+/* One outermost blocking call under way. */
+struct storm_call {
+    uint64_t t0;          /* entry */
+    uint64_t spin_ns;     /* control.spin_ns at entry */
+    uint64_t block_start; /* 0, or when the spin phase ended and the call started to give the CPU away */
+    uint64_t block_end;   /* 0 until the block phase ended (the call returned, or storm-nm said poll) */
+    uint64_t block_cpu;   /* this thread's CPU time at block_start, then the CPU its block phase used */
+    uint64_t sleep_ns;    /* the next sleep of the block phase */
+    uint64_t awake_until; /* sched_yield: MPICH polls until then after each sleep */
+    int live;             /* counted: the outermost call, with a segment */
+    int spinblock;        /* control.wait_mode was STORM_WAIT_SPINBLOCK at entry */
+    int test_loop;        /* it waits in the hook's test loop, not in MPICH's (whose sched_yield may sleep) */
+};
+
+/* The call whose sched_yield() calls may sleep (hook.c), in the thread that made it. */
+extern STORM_INTERNAL __thread struct storm_call *storm_current;
+
+STORM_INTERNAL void storm_setup(void);
+STORM_INTERNAL void storm_publish_enter(uint64_t t0, int event);
+STORM_INTERNAL void storm_publish_exit(void);
+STORM_INTERNAL int storm_missing(enum storm_fn_id id);
+STORM_INTERNAL int storm_block(struct storm_call *c, uint64_t now);
+STORM_INTERNAL uint64_t storm_block_end(struct storm_call *c, uint64_t now);
+
+static inline uint64_t storm_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t); /* vDSO: no system call */
+    return (uint64_t) t.tv_sec * 1000000000u + (uint64_t) t.tv_nsec;
+}
+
+/* Entry into a wrapped blocking call; returns whether it is to spin-block. */
+static inline int storm_enter(struct storm_call *c)
+{
+    if (__builtin_expect(!storm.ready, 0))
+        storm_setup();
+    c->live = c->spinblock = c->test_loop = 0;
+    if (storm.depth++ != 0 || !storm.record)
+        return 0;
+    struct storm_hook_control *control = &storm.record->control;
+    uint32_t mode = __atomic_load_n(&control->wait_mode, __ATOMIC_RELAXED);
+    c->spin_ns = __atomic_load_n(&control->spin_ns, __ATOMIC_RELAXED);
+    c->live = 1;
+    c->block_start = c->block_end = c->awake_until = 0;
+    c->t0 = storm_now();
+    /* A new event unless the previous call ended so recently that nothing was computed in between. */
+    storm_publish_enter(c->t0, c->t0 - storm.exit_ns > storm.gap_ns);
+    if (mode == STORM_WAIT_SPINBLOCK) {
+        c->spinblock = 1;
+        storm_current = c;
+    }
+    return c->spinblock;
+}
+
+static inline void storm_leave(struct storm_call *c)
+{
+    storm.depth--;
+    if (!c->live)
+        return;
+    uint64_t t1 = storm_now();
+    if (c->spinblock) {
+        storm.spin_ns += (c->block_start ? c->block_start : t1) - c->t0;
+        if (c->block_start)
+            storm.block_ns += storm_block_end(c, t1);
+        storm_current = 0;
+    }
+    storm.comm_ns += t1 - c->t0;
+    storm.exit_ns = t1;
+    storm_publish_exit();
+}
+
+/* How the hook's test loop completes a call (p2p.c). */
+struct storm_wait {
+    int kind; /* WAIT_ONE ... WAIT_MPROBE */
+    int count;
+    SM_Request *requests;
+    int *index;   /* Waitany's index, Waitsome's outcount */
+    int *indices; /* Waitsome */
+    void *status; /* SM_Status * or an array of them, or SM_STATUS(ES)_IGNORE */
+    int source, tag;
+    hk_handle comm;
+    SM_Message *message;
+};
+enum { WAIT_ONE, WAIT_ALL, WAIT_ANY, WAIT_SOME, WAIT_PAIR, WAIT_PROBE, WAIT_MPROBE };
+
+STORM_INTERNAL int storm_wait(struct storm_call *c, struct storm_wait *w);
+STORM_INTERNAL int storm_complete(struct storm_call *c, int rc, SM_Request *request, void *status);
+
+/* The real function `name`, with the type of the wrapper `MPI_<name>` (which has the same parameters). */
+#define REAL(name) ((__typeof__(&MPI_##name)) storm.fn[FN_##name])
+
+/* The real function, or the wrapper returns an error if this MPI does not have it. */
+#define CHECK_REAL(name)                                                                                     \
+    do {                                                                                                     \
+        if (__builtin_expect(!storm.fn[FN_##name], 0))                                                       \
+            return storm_missing(FN_##name);                                                                 \
+    } while (0)
+
+/* The real function of the wrapper, or an error if this MPI lacks it (a large-count form in an MPI-3 one). */
+#define CALL_REAL(name, args) (storm.fn[FN_##name] ? REAL(name) args : storm_missing(FN_##name))
+
+/* A real function called with the prototype `type` (the MPICH ABI's) */
+#define NB(type, name) ((type *) storm.fn[FN_##name])
+
+typedef int test_fn(SM_Request *, int *, void *);
+typedef int testall_fn(int, SM_Request *, int *, void *);
+typedef int testany_fn(int, SM_Request *, int *, int *, void *);
+typedef int testsome_fn(int, SM_Request *, int *, int *, void *);
+typedef int wait_fn(SM_Request *, void *);
+typedef int waitall_fn(int, SM_Request *, void *);
+typedef int waitany_fn(int, SM_Request *, int *, void *);
+typedef int waitsome_fn(int, SM_Request *, int *, int *, void *);
+typedef int iprobe_fn(int, int, hk_handle, int *, void *);
+typedef int improbe_fn(int, int, hk_handle, int *, SM_Message *, void *);
+typedef int probe_fn(int, int, hk_handle, void *);
+typedef int mprobe_fn(int, int, hk_handle, SM_Message *, void *);
+typedef int cancel_fn(SM_Request *);
+
+/* A parameter list (a, b) as (a, b, SM_Request *request), an argument list (a, b) as (a, b, &request). */
+#define WITH_REQUEST(...) (__VA_ARGS__, SM_Request *request)
+#define AND_REQUEST(...) (__VA_ARGS__, &request)
+
+/* When a wrapper makes its call nonblocking (`iname`, which then completes in storm_complete). */
+enum {
+    SPINBLOCK_ONLY, /* point-to-point: in spin-block mode (blocking and nonblocking calls match each other) */
+    ALWAYS,         /* collectives, in MPICH: in every mode, so that all ranks' calls match (coll.c) */
+};
+
+/*
+ * The wrapper MPI_<name>(params), which calls PMPI_<name>(args) or, to wait otherwise, PMPI_<iname>(iargs,
+ * &request) of parameters (iparams, request): the same less the status, if any, which goes to the
+ * completion as `status`.
+ */
+#define WRAPPER(when, name, params, args, iname, iparams, iargs, status)                                     \
+    typedef int iname##_fn WITH_REQUEST iparams;                                                             \
+    int MPI_##name params                                                                                    \
+    {                                                                                                        \
+        struct storm_call c;                                                                                 \
+        SM_Request request;                                                                                  \
+        int rc, spinblock = storm_enter(&c);                                                                 \
+        if (((when) == ALWAYS ? storm.abi == ABI_MPICH : spinblock) && storm.fn[FN_##iname]) {               \
+            c.test_loop = spinblock;                                                                         \
+            rc = storm_complete(&c, ((iname##_fn *) storm.fn[FN_##iname]) AND_REQUEST iargs, &request,      \
+                                status);                                                                     \
+        } else                                                                                               \
+            rc = CALL_REAL(name, args);                                                                      \
+        storm_leave(&c);                                                                                     \
+        return rc;                                                                                           \
+    }
+
+#endif

@@ -1,0 +1,758 @@
+"""Benchmark of mpihook: accuracy, cost, spin-block, and the cost of reading a record in the NM.
+
+``storm bench hook`` (or ``python -m storm.tools.bench_hook [--quick] [--json results/hook.json]``) runs every
+job with the environment's ``mpiexec`` (no storm daemons), 2 ranks, each rank with the hook preloaded and a
+record of its own in a segment this process creates, as storm-nm would:
+
+1. Accuracy (the issue's acceptance criterion): BSP jobs, Python (``bsp.py``) and C (``bsp.c``), ring
+   pattern, granularity 1, 10 and 100 ms, balanced and 2:1 imbalanced (odd ranks slow), polling; plus the
+   imbalanced 10 ms jobs spin-blocking. Each rank snapshots its own record after the warm-up and after the
+   measured loop (bsp.py through a subclass, bsp.c through a header compiled in: PROBE_HEADER), so the
+   hook's figures cover exactly the loop. Per rank: *events* (must equal the iterations), the wait per
+   communication, hook (comm_ns / events) against the app's own (comm_seconds / iterations), and the CPU
+   time per communication, hook ((the app's CPU time - (comm_ns - block_ns)) / events: the CPU the rank
+   spent less what it burnt waiting inside MPI) against the app's compute_cpu_per_iteration.
+2. Overhead: the 1 ms balanced BSP job's loop wall time (the slowest rank's), ring and allreduce patterns,
+   without the hook and with it (polling), interleaved, N runs each; medians. (With the hook every blocking
+   collective runs as its nonblocking form: see mpihook/coll.c.) And the median round trip of ``pingpong``
+   without the hook, with it polling and with it spin-blocking.
+3. Spin-block: rank 1 of ``pingpong`` waits (in MPI_Recv, then in MPI_Allreduce) for rank 0, which is
+   stopped with SIGSTOP for a second, once polling and once spin-blocking, the modes switched through the
+   segment while the job runs; then, still waiting, switched back to polling. CPU use of rank 1
+   (/proc/PID/task/*/schedstat: time on a CPU, and demanded: on a CPU or waiting for one).
+4. Ping-pong with both ranks running, the wait mode switched every 100 ms: median round trip per mode.
+5. The NM's side: the cost of HookSegment.read_all() and read() per record, for 2, 8 and 64 ranks.
+
+It prints a table per section and writes every figure as JSON. Anything else running on the host skews the
+wall times (CPU-time figures much less): the JSON keeps the load average from before the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from storm import mpihook
+from storm.mpihook.stats import WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters, segment_name
+from storm.tools import apps
+
+BIN = Path(sys.executable).parent
+APPS = Path(apps.__file__).parent
+SPIN_NS = 120_000  # the FCS paper's T_spin
+RUN_TIMEOUT = 120.0
+Json = dict[str, Any]
+
+# bsp.c's measured loop sits between its only MPI_Barrier (after the warm-up) and its only MPI_Gather.
+PROBE_HEADER = r"""
+/* Compiled into bsp.c (mpicc -include): this rank's mpihook record, copied after the warm-up and after the
+ * measured loop, written to $STORM_PROBE_OUT.RANK as JSON (tools/bench_hook.py). */
+#include <mpi.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "record.h"
+
+static struct storm_hook_stats probe_snapshots[2];
+static unsigned long long probe_sched[2][3]; /* ns on a CPU, ns waiting for one, involuntary switches */
+
+static void probe_sched_take(unsigned long long *out)
+{
+    char line[256];
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f || fscanf(f, "%llu %llu", &out[0], &out[1]) != 2)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    fclose(f);
+    if (!(f = fopen("/proc/thread-self/status", "r")))
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    while (fgets(line, sizeof line, f))
+        sscanf(line, "nonvoluntary_ctxt_switches: %llu", &out[2]);
+    fclose(f);
+}
+
+static void probe_take(struct storm_hook_stats *out)
+{
+    char path[512];
+    const char *name = getenv("STORM_HOOK_SEGMENT"), *index = getenv("STORM_HOOK_INDEX");
+    snprintf(path, sizeof path, "/dev/shm%s", name ? name : "/none");
+    int fd = open(path, O_RDONLY);
+    off_t at = (off_t) (sizeof(struct storm_hook_header) +
+                        (size_t) atoi(index ? index : "0") * sizeof(struct storm_hook_record));
+    if (fd < 0 || pread(fd, out, sizeof *out, at) != (ssize_t) sizeof *out)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    close(fd);
+}
+
+static void probe_print(FILE *f, const char *key, const struct storm_hook_stats *s,
+                        const unsigned long long *sched, const char *end)
+{
+    fprintf(f, "\"%s\": {\"pid\": %d, \"flags\": %u, \"calls\": %llu, \"events\": %llu, ", key, s->pid,
+            s->flags, (unsigned long long) s->calls, (unsigned long long) s->events);
+    fprintf(f, "\"comm_ns\": %llu, \"spin_ns\": %llu, \"block_ns\": %llu, ", (unsigned long long) s->comm_ns,
+            (unsigned long long) s->spin_ns, (unsigned long long) s->block_ns);
+    fprintf(f, "\"run_ns\": %llu, \"runqueue_ns\": %llu, \"preempted\": %llu}%s", sched[0], sched[1],
+            sched[2], end);
+}
+
+static int probe_barrier(MPI_Comm comm)
+{
+    static int calls;
+    int rc = MPI_Barrier(comm);
+    if (calls++ == 0) {
+        probe_take(&probe_snapshots[0]);
+        probe_sched_take(probe_sched[0]);
+    }
+    return rc;
+}
+
+static int probe_gather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                        MPI_Datatype rtype, int root, MPI_Comm comm)
+{
+    char path[512];
+    int rank;
+    probe_take(&probe_snapshots[1]);
+    probe_sched_take(probe_sched[1]);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    snprintf(path, sizeof path, "%s.%d", getenv("STORM_PROBE_OUT"), rank);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    fputc('{', f);
+    probe_print(f, "before", &probe_snapshots[0], probe_sched[0], ", ");
+    probe_print(f, "after", &probe_snapshots[1], probe_sched[1], "}\n");
+    fclose(f);
+    return MPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
+}
+
+#define MPI_Barrier probe_barrier
+#define MPI_Gather probe_gather
+"""
+
+# ------------------------------------------------------------------------------------------ running jobs
+
+
+def mpicc(source: Path, output: Path, *flags: str, libs: Sequence[str] = ()) -> str:
+    """Compile with the environment's mpicc (-O2 -Wall -Wextra); returns the compiler's messages."""
+    built = subprocess.run(
+        [str(BIN / "mpicc"), "-O2", "-Wall", "-Wextra", *flags, "-o", str(output), str(source), *libs],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+    )  # fmt: skip
+    if built.returncode != 0:
+        raise RuntimeError(f"mpicc {source.name} failed:\n{built.stderr}")
+    return built.stderr
+
+
+def build_bsp(directory: Path, probe: bool = False) -> Path:
+    """bsp.c, plain or with the probe header compiled in."""
+    flags: list[str] = []
+    if probe:
+        header = directory / "bsp_probe.h"
+        header.write_text(PROBE_HEADER)
+        flags = ["-include", str(header), "-I", str(Path(mpihook.__file__).parent)]
+    binary = directory / ("bsp_probe" if probe else "bsp")
+    mpicc(APPS / "bsp.c", binary, *flags, libs=["-lm"])
+    return binary
+
+
+def build_pingpong(directory: Path) -> Path:
+    binary = directory / "pingpong"
+    mpicc(APPS / "pingpong.c", binary)
+    return binary
+
+
+def python_bsp(probe: bool = False) -> list[str]:
+    if probe:
+        return [sys.executable, "-m", "storm.tools.bench_hook", "--probe-bsp"]
+    return [sys.executable, "-m", "storm.tools.apps.bsp"]
+
+
+@contextlib.contextmanager
+def hook_segment(nranks: int = 2, mode: int = WAIT_POLL, spin_ns: int = SPIN_NS) -> Iterator[HookSegment]:
+    """A job's segment as storm-nm makes it, every rank in ``mode``; removed on the way out."""
+    segment = HookSegment.create(segment_name(os.getpid(), 0), 0, nranks, os.getuid(), os.getgid())
+    try:
+        set_mode(segment, mode, spin_ns)
+        yield segment
+    finally:
+        segment.close()
+        segment.unlink()
+
+
+def set_mode(segment: HookSegment, mode: int, spin_ns: int = SPIN_NS) -> None:
+    for index in range(segment.nranks):
+        segment.set_wait(index, mode, spin_ns)
+
+
+def command(
+    program: Sequence[str],
+    nranks: int = 2,
+    *,
+    hook: Path | None = None,
+    segment: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """An mpiexec command line that preloads ``hook`` in the ranks only (never in mpiexec or its proxies,
+    which -genv does not reach) and gives each rank its record of ``segment``."""
+    argv = [str(BIN / "mpiexec")]
+    variables = dict(env or {})
+    if hook is not None:
+        variables["LD_PRELOAD"] = str(hook)
+    if segment is not None:
+        variables["STORM_HOOK_SEGMENT"] = segment
+    for name, value in variables.items():
+        argv += ["-genv", name, value]
+    if segment is None:
+        return [*argv, "-n", str(nranks), *program]
+    for index in range(nranks):
+        argv += [*([":"] if index else []), "-n", "1", "-env", "STORM_HOOK_INDEX", str(index), *program]
+    return argv
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and its descendants, by pid (MPI ranks are in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    todo, found = [pid], []
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    for victim in reversed(found):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+            os.kill(victim, signal.SIGKILL)
+
+
+def run(
+    argv: Sequence[str], cwd: Path | None = None, timeout: float = RUN_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+
+
+def check(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(done.args)} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+    return done
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.005)
+
+
+# ------------------------------------------------------------------------------------------------ accuracy
+
+
+def probe_bsp(argv: list[str]) -> int:
+    """bsp.py with snapshots of this rank's record around its measured loop (like PROBE_HEADER)."""
+    from storm.tools.apps import bsp
+
+    segment = HookSegment.attach(os.environ["STORM_HOOK_SEGMENT"])
+    index = int(os.environ["STORM_HOOK_INDEX"])
+    snapshots: dict[str, Json] = {}
+
+    def take(key: str) -> None:
+        counters = segment.read(index)
+        assert counters is not None  # the hook does not write while this thread is outside MPI
+        snapshots[key] = dataclasses.asdict(counters) | thread_sched()
+
+    class Probed(bsp.Rank):
+        exchanges = 0
+
+        def exchange(self, it: int, flag: bool) -> bool:
+            if self.exchanges == bsp.WARMUP:  # the first exchange of the measured loop
+                take("before")
+            self.exchanges += 1
+            return super().exchange(it, flag)
+
+        def run(self) -> dict[str, Any]:
+            line = super().run()
+            take("after")
+            with open(f"{os.environ['STORM_PROBE_OUT']}.{self.rank}", "w", encoding="utf-8") as f:
+                f.write(json.dumps(snapshots) + "\n")
+            return line
+
+    bsp.Rank = Probed  # type: ignore[misc]  # bsp.main builds its ranks from the module's Rank
+    try:
+        return bsp.main(argv)
+    finally:
+        segment.close()
+
+
+def thread_sched() -> dict[str, int]:
+    """This thread's time on a CPU and waiting for one (ns), and how often it was preempted."""
+    run_ns, runqueue_ns, _ = (int(x) for x in Path("/proc/thread-self/schedstat").read_text().split())
+    status = Path("/proc/thread-self/status").read_text()
+    preempted = int(status.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+    return {"run_ns": run_ns, "runqueue_ns": runqueue_ns, "preempted": preempted}
+
+
+@dataclasses.dataclass
+class Sample:
+    """One rank of one accuracy run: the hook's figures for the measured loop and the app's own."""
+
+    language: str
+    granularity: float
+    imbalance: float
+    mode: str
+    rank: int
+    slow: bool
+    iterations: int
+    events: int
+    app_wait: float  # comm_seconds / iterations
+    hook_wait: float  # comm_ns / events
+    app_cpu: float  # compute_cpu_per_iteration
+    hook_cpu: float  # (cpu_seconds - (comm_ns - block_ns)) / events
+    block_share: float  # block_ns / comm_ns
+    runqueue: float  # seconds the rank waited for a CPU during the loop, per iteration
+    preempted: int  # times the rank was preempted during the loop
+
+    @property
+    def wait_error(self) -> float:
+        return abs(self.hook_wait - self.app_wait) / self.app_wait if self.app_wait else 0.0
+
+    @property
+    def cpu_error(self) -> float:
+        return abs(self.hook_cpu - self.app_cpu) / self.app_cpu
+
+
+def iterations_for(granularity: float) -> int:
+    """About 0.3-0.6 s of loop per run, and at least 8 iterations."""
+    return max(8, round(0.3 / granularity))
+
+
+def accuracy_run(
+    program: Sequence[str],
+    language: str,
+    *,
+    hook: Path,
+    workdir: Path,
+    granularity: float,
+    imbalance: float = 1.0,
+    mode: int = WAIT_POLL,
+    iterations: int | None = None,
+) -> list[Sample]:
+    """One probed BSP job; a Sample per rank."""
+    n = iterations or iterations_for(granularity)
+    report, probes = workdir / f"report-{os.getpid()}.jsonl", workdir / f"probe-{os.getpid()}"
+    args = [f"--granularity={granularity}", f"--imbalance={imbalance}", "--slow=odd", "--pattern=ring"]
+    with hook_segment(2, mode) as segment:
+        argv = command(
+            [*program, *args, f"--iterations={n}", f"--report={report}"], 2, hook=hook, segment=segment.name,
+            env={"STORM_PROBE_OUT": str(probes)},
+        )  # fmt: skip
+        check(run(argv, cwd=workdir))
+    samples = []
+    for line in report.read_text().splitlines():
+        app = json.loads(line)
+        probe = json.loads(Path(f"{probes}.{app['rank']}").read_text())
+        before, after = probe["before"], probe["after"]
+        events = after["events"] - before["events"]
+        comm = (after["comm_ns"] - before["comm_ns"]) / 1e9
+        block = (after["block_ns"] - before["block_ns"]) / 1e9
+        samples.append(
+            Sample(
+                language=language, granularity=granularity, imbalance=imbalance,
+                mode="spin-block" if mode == WAIT_SPINBLOCK else "poll", rank=app["rank"], slow=app["slow"],
+                iterations=app["iterations"], events=events, app_wait=app["comm_seconds"] / app["iterations"],
+                hook_wait=comm / max(events, 1), app_cpu=app["compute_cpu_per_iteration"],
+                hook_cpu=(app["cpu_seconds"] - (comm - block)) / max(events, 1),
+                block_share=block / comm if comm else 0.0,
+                runqueue=(after["runqueue_ns"] - before["runqueue_ns"]) / 1e9 / app["iterations"],
+                preempted=after["preempted"] - before["preempted"],
+            )
+        )  # fmt: skip
+        Path(f"{probes}.{app['rank']}").unlink()
+    report.unlink()
+    return samples
+
+
+# ---------------------------------------------------------------------------------------------- overhead
+
+
+def bsp_wall(
+    program: Sequence[str],
+    hook: Path | None,
+    workdir: Path,
+    *,
+    pattern: str,
+    granularity: float,
+    iterations: int,
+) -> float:
+    """The loop wall time of a balanced BSP job (its slowest rank), with the hook polling or without it."""
+    report = workdir / f"wall-{os.getpid()}.jsonl"
+    args = [*program, f"--granularity={granularity}", "--imbalance=1", f"--iterations={iterations}"]
+    args.append(f"--pattern={pattern}")
+    with hook_segment(2) as segment:
+        argv = command([*args, f"--report={report}"], 2, hook=hook, segment=segment.name if hook else None)
+        check(run(argv, cwd=workdir))
+    wall = max(json.loads(line)["wall_seconds"] for line in report.read_text().splitlines())
+    report.unlink()
+    return float(wall)
+
+
+def parse_windows(stdout: str) -> list[tuple[int, int, int, int]]:
+    """pingpong's windows: (start_ns, end_ns, round trips, median round trip ns)."""
+    windows = []
+    for line in stdout.splitlines():
+        if line.startswith("window "):
+            start, end, count, median, _ = (int(x) for x in line.split()[1:])
+            windows.append((start, end, count, median))
+    return windows
+
+
+def pingpong_median(pingpong: Path, hook: Path | None, mode: int, seconds: float = 0.5) -> float:
+    """Median round trip (ns) of a pingpong run in one wait mode (or without the hook)."""
+    with hook_segment(2, mode) as segment:
+        argv = command(
+            [str(pingpong), "--seconds", str(seconds)], 2, hook=hook, segment=segment.name if hook else None
+        )
+        windows = parse_windows(check(run(argv)).stdout)[1:]  # the first one includes connection set-up
+    return float(statistics.median(w[3] for w in windows))
+
+
+# -------------------------------------------------------------------------------------------- spin-block
+
+
+def cpu_times(pid: int) -> tuple[int, int]:
+    """Nanoseconds a process's threads spent on a CPU and waiting for one (/proc/PID/task/*/schedstat)."""
+    ran = waited = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, ValueError):
+            fields = Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
+    return ran, waited
+
+
+def process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@dataclasses.dataclass
+class Hold:
+    """Rank 1's CPU use while rank 0 was stopped, and what its record says of the whole wait."""
+
+    label: str
+    seconds: float
+    used: float  # share of one CPU it ran on
+    demanded: float  # share of one CPU it ran on or waited for
+    block_ns: int = 0  # of the call it waited in (published when the call returns)
+    spin_ns: int = 0
+
+
+@contextlib.contextmanager
+def running_pingpong(
+    pingpong: Path, hook: Path, args: Sequence[str], segment: HookSegment
+) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
+    """pingpong started under the hook; yields it and its ranks' pids. Ends it cleanly (SIGUSR1 to rank 0),
+    or kills it if it will not end."""
+    argv = command([str(pingpong), "--seconds", "120", *args], 2, hook=hook, segment=segment.name)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = [0, 0]
+    try:
+
+        def started() -> bool:
+            records = segment.read_all()
+            if proc.poll() is not None:
+                raise RuntimeError(f"pingpong ended early: {proc.communicate()}")
+            return all(r is not None and r.active and r.calls > 100 for r in records)
+
+        wait_until(started, 30.0, "pingpong's ranks to communicate")
+        records = segment.read_all()
+        pids = [r.pid for r in records if r is not None]
+        yield proc, pids[0], pids[1]
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            if pids[0]:
+                os.kill(pids[0], signal.SIGUSR1)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.communicate()
+
+
+def counters(segment: HookSegment, index: int) -> RankCounters:
+    for _ in range(1000):
+        record = segment.read(index)
+        if record is not None:
+            return record
+    raise RuntimeError(f"record {index} stayed busy")
+
+
+def switch(segment: HookSegment, mode: int, spin_ns: int = SPIN_NS) -> None:
+    """Set every rank's mode, then wait until rank 1 is in the new one: a call reads the mode before it
+    counts itself, so the first call counted after the change may have read the old mode, the second not."""
+    set_mode(segment, mode, spin_ns)
+    calls = counters(segment, 1).calls
+    wait_until(lambda: counters(segment, 1).calls >= calls + 2, 10.0, "rank 1 to make new calls")
+
+
+def hold(segment: HookSegment, pid: int, label: str, seconds: float) -> Hold:
+    """Measure rank 1 (``pid``) for ``seconds`` (rank 0 stopped meanwhile)."""
+    first = counters(segment, 1)
+    ran0, waited0 = cpu_times(pid)
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    ran1, waited1 = cpu_times(pid)
+    elapsed = time.monotonic() - t0
+    last = counters(segment, 1)
+    if not (first.in_call and last.in_call and first.calls == last.calls):
+        raise RuntimeError(f"rank 1 was not waiting in one call all along: {first} {last}")
+    used, demanded = (ran1 - ran0) / 1e9 / elapsed, (ran1 - ran0 + waited1 - waited0) / 1e9 / elapsed
+    return Hold(label=label, seconds=elapsed, used=used, demanded=demanded)
+
+
+def stopped_peer(pingpong: Path, hook: Path, op: str = "sendrecv", seconds: float = 1.0) -> list[Hold]:
+    """Rank 1 waiting for a stopped rank 0: polling, spin-blocking, then switched to polling mid-wait."""
+    holds = []
+    with (
+        hook_segment(2) as segment,
+        running_pingpong(pingpong, hook, ["--op", op], segment) as (_, pid0, pid1),
+    ):
+        for mode, label in ((WAIT_POLL, "poll"), (WAIT_SPINBLOCK, "spin-block")):
+            switch(segment, mode)
+            os.kill(pid0, signal.SIGSTOP)
+            wait_until(
+                lambda: process_state(pid0) == "T" and counters(segment, 1).in_call, 5.0, "rank 0 to stop"
+            )
+            before = counters(segment, 1)
+            time.sleep(0.05)  # rank 1 through its spin phase
+            phase = [hold(segment, pid1, label, seconds)]
+            if mode == WAIT_SPINBLOCK:  # storm-nm switches it back to polling in the middle of the wait
+                set_mode(segment, WAIT_POLL)
+                time.sleep(0.05)
+                phase.append(hold(segment, pid1, "spin-block, then poll (same call)", seconds / 2))
+            os.kill(pid0, signal.SIGCONT)
+            wait_until(lambda: counters(segment, 1).calls > before.calls, 10.0, "rank 1's wait to end")  # noqa: B023
+            after = counters(segment, 1)
+            for h in phase:
+                h.block_ns, h.spin_ns = after.block_ns - before.block_ns, after.spin_ns - before.spin_ns
+            holds += phase
+    return holds
+
+
+def pingpong_modes(pingpong: Path, hook: Path, seconds: float = 2.0, period: float = 0.1) -> Json:
+    """Both ranks running, the mode of both switched every ``period``: median round trip per mode."""
+    switches: list[tuple[int, int]] = []
+    with hook_segment(2) as segment:
+        argv = command(
+            [str(pingpong), "--seconds", str(seconds), "--window", "5"], 2, hook=hook, segment=segment.name
+        )
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        mode = WAIT_POLL
+        try:
+            while proc.poll() is None:
+                set_mode(segment, mode)
+                switches.append((time.monotonic_ns(), mode))
+                time.sleep(period)
+                mode = WAIT_SPINBLOCK if mode == WAIT_POLL else WAIT_POLL
+            out, err = proc.communicate(timeout=RUN_TIMEOUT)
+        except BaseException:
+            kill_tree(proc.pid)
+            proc.communicate()
+            raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"pingpong failed: {out}\n{err}")
+    guard = 2_000_000  # a call that began before a switch may still be in the old mode
+    medians: dict[int, list[int]] = {WAIT_POLL: [], WAIT_SPINBLOCK: []}
+    for start, end, _, median in parse_windows(out)[1:]:
+        for (t, m), (t_next, _) in zip(switches, [*switches[1:], (2**63, 0)], strict=True):
+            if t + guard <= start and end <= t_next:
+                medians[m].append(median)
+    poll, spin = (float(statistics.median(medians[m])) if medians[m] else float("nan") for m in medians)
+    return {
+        "poll_ns": poll,
+        "spinblock_ns": spin,
+        "ratio": spin / poll,
+        "windows": {"poll": len(medians[0]), "spin-block": len(medians[1])},
+    }
+
+
+# -------------------------------------------------------------------------------------------- NM reading
+
+
+def read_cost(nranks: int, repeat: int = 2000) -> Json:
+    """Seconds per HookSegment.read_all() and per read(), for a segment of ``nranks`` records."""
+    with hook_segment(nranks) as segment:
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            segment.read_all()
+        all_ = (time.perf_counter() - t0) / repeat
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            segment.read(0)
+        one = (time.perf_counter() - t0) / repeat
+    return {
+        "nranks": nranks,
+        "read_all_us": all_ * 1e6,
+        "read_all_per_record_us": all_ * 1e6 / nranks,
+        "read_us": one * 1e6,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+
+def run_all(quick: bool, runs: int, hook: Path, workdir: Path) -> Json:
+    result: Json = {"host": platform.node(), "loadavg_before": os.getloadavg(), "quick": quick}
+    bsp_c, bsp_probe, pingpong = build_bsp(workdir), build_bsp(workdir, probe=True), build_pingpong(workdir)
+    programs = {"python": python_bsp(probe=True), "c": [str(bsp_probe)]}
+
+    samples: list[Sample] = []
+    granularities = (0.001, 0.01) if quick else (0.001, 0.01, 0.1)
+    for language, program in programs.items():
+        for granularity in granularities:
+            for imbalance in (1.0, 2.0):
+                samples += accuracy_run(
+                    program,
+                    language,
+                    hook=hook,
+                    workdir=workdir,
+                    granularity=granularity,
+                    imbalance=imbalance,
+                )
+        samples += accuracy_run(
+            program,
+            language,
+            hook=hook,
+            workdir=workdir,
+            granularity=0.01,
+            imbalance=2.0,
+            mode=WAIT_SPINBLOCK,
+        )
+    result["accuracy"] = [
+        dataclasses.asdict(s) | {"wait_error": s.wait_error, "cpu_error": s.cpu_error} for s in samples
+    ]
+
+    walls: dict[str, dict[str, list[float]]] = {}
+    for language, program in (("python", python_bsp()), ("c", [str(bsp_c)])):
+        for pattern in ("ring", "allreduce"):
+            job = walls[f"{language} {pattern}"] = {"none": [], "hook": []}
+            for _ in range(runs):
+                for variant in ("none", "hook"):
+                    library = hook if variant == "hook" else None
+                    job[variant].append(
+                        bsp_wall(
+                            program, library, workdir, pattern=pattern, granularity=0.001, iterations=500
+                        )
+                    )
+    result["overhead"] = {}
+    for job_name, w in walls.items():
+        none, with_hook = statistics.median(w["none"]), statistics.median(w["hook"])
+        result["overhead"][job_name] = {
+            "runs": w, "median_none": none, "median_hook": with_hook, "slowdown": with_hook / none - 1
+        }  # fmt: skip
+    trips: dict[str, list[float]] = {"none": [], "poll": [], "spin-block": []}
+    for _ in range(runs):
+        trips["none"].append(pingpong_median(pingpong, None, WAIT_POLL))
+        trips["poll"].append(pingpong_median(pingpong, hook, WAIT_POLL))
+        trips["spin-block"].append(pingpong_median(pingpong, hook, WAIT_SPINBLOCK))
+    result["pingpong_round_trip_ns"] = {k: statistics.median(v) for k, v in trips.items()}
+    result["stopped_peer"] = {
+        op: [dataclasses.asdict(h) for h in stopped_peer(pingpong, hook, op)]
+        for op in ("sendrecv", "allreduce")
+    }
+    result["pingpong_switching"] = pingpong_modes(pingpong, hook)
+    result["read_cost"] = [read_cost(n) for n in (2, 8, 64)]
+    return result
+
+
+def print_tables(result: Json) -> None:
+    print("1. Accuracy: hook vs app, per rank (wait and CPU time per communication, ms)")
+    print(
+        f"{'lang':6} {'gran':>6} {'imb':>3} {'mode':10} {'rank':>4} {'iters':>5} {'events':>6} "
+        f"{'app wait':>9} {'hook wait':>9} {'err':>6} {'app cpu':>8} {'hook cpu':>8} {'err':>6}"
+    )
+    for s in result["accuracy"]:
+        ms = {k: s[k] * 1e3 for k in ("granularity", "app_wait", "hook_wait", "app_cpu", "hook_cpu")}
+        print(
+            f"{s['language']:6} {ms['granularity']:5g}ms {s['imbalance']:3g} {s['mode']:10} {s['rank']:4} "
+            f"{s['iterations']:5} {s['events']:6} {ms['app_wait']:9.4f} {ms['hook_wait']:9.4f} "
+            f"{s['wait_error']:6.1%} {ms['app_cpu']:8.4f} {ms['hook_cpu']:8.4f} {s['cpu_error']:6.1%}"
+        )
+    print("\n2. Overhead: 1 ms balanced BSP loop wall time (s), medians")
+    for job_name, o in result["overhead"].items():
+        print(
+            f"  {job_name:16} without {o['median_none']:.4f}  with hook {o['median_hook']:.4f}  "
+            f"slowdown {o['slowdown']:+.2%}"
+        )
+    trips = result["pingpong_round_trip_ns"]
+    print(
+        f"  pingpong median round trip: no hook {trips['none'] / 1e3:.2f} us, hook polling "
+        f"{trips['poll'] / 1e3:.2f} us, hook spin-blocking {trips['spin-block'] / 1e3:.2f} us"
+    )
+    print("\n3. Rank 1 waiting for a stopped rank 0: share of one CPU (used / demanded)")
+    for op, holds in result["stopped_peer"].items():
+        for h in holds:
+            print(
+                f"  {op:9} {h['label']:34} used {h['used']:6.1%}  demanded {h['demanded']:6.1%}  "
+                f"block {h['block_ns'] / 1e9:.3f} s"
+            )
+    sw = result["pingpong_switching"]
+    print(
+        f"\n4. Ping-pong, modes switched every 100 ms: poll {sw['poll_ns'] / 1e3:.2f} us, spin-block "
+        f"{sw['spinblock_ns'] / 1e3:.2f} us, ratio {sw['ratio']:.2f}"
+    )
+    print("\n5. NM side: HookSegment reads")
+    for r in result["read_cost"]:
+        print(
+            f"  {r['nranks']:3} ranks: read_all {r['read_all_us']:.2f} us "
+            f"({r['read_all_per_record_us']:.2f} us/record), read(i) {r['read_us']:.2f} us"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="storm bench hook", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="granularities 1 and 10 ms only, 2 runs")
+    parser.add_argument("--runs", type=int, help="interleaved runs per overhead variant (default 5)")
+    parser.add_argument(
+        "--json", type=Path, default=Path("results/hook.json"), help="where to write the figures"
+    )
+    args = parser.parse_args(argv)
+    runs = args.runs or (2 if args.quick else 5)
+    hook = mpihook.hook_library()
+    with tempfile.TemporaryDirectory(prefix="storm-bench-hook-") as tmp:
+        result = run_all(args.quick, runs, hook, Path(tmp))
+    print_tables(result)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nraw figures: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--probe-bsp"]:  # a rank of a probed BSP job (accuracy_run)
+        sys.exit(probe_bsp(sys.argv[2:]))
+    sys.exit(main(sys.argv[1:]))
