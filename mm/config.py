@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storm.mm.protocol import FcsParameters
+
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
-POLICIES = ("batch", "gang")
+POLICIES = ("batch", "gang", "sb", "fcs")
 
 
 class ConfigError(ValueError):
@@ -68,8 +70,18 @@ class NMConfig:
     heartbeat_timeout: float = 0.0
     # Append one line per heartbeat (seq, sent, received, switched) to this file, for benchmarks.
     trace: str = ""
-    # How long a rank spins in a blocking call before it gives the CPU away, in spin-block mode (FCS: 120 us).
-    spin_us: float = 120.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FcsConfig:
+    """Flexible CoScheduling's constants (Table 2 of the paper), read by the MM and handed to every NM."""
+
+    spin_us: float = 120.0  # T_spin, also the spin of the sb policy
+    cslots_min: int = 20
+    dc_thresh: float = 1.0
+    cs_thresh: float = 0.002
+    f_thresh: float = 0.0  # 0: 0.85 x cs_thresh, as in the paper
+    tslots_max: int = 32768
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,9 +89,21 @@ class StormConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     mm: MMConfig = field(default_factory=MMConfig)
     nm: NMConfig = field(default_factory=NMConfig)
+    fcs: FcsConfig = field(default_factory=FcsConfig)
 
     def node_name(self) -> str:
         return self.nm.name or socket.gethostname().split(".")[0]
+
+    def fcs_parameters(self) -> FcsParameters:
+        fcs = self.fcs
+        return FcsParameters(
+            spin=fcs.spin_us / 1e6,
+            cslots_min=fcs.cslots_min,
+            dc_thresh=fcs.dc_thresh,
+            cs_thresh=fcs.cs_thresh,
+            f_thresh=fcs.f_thresh or 0.85 * fcs.cs_thresh,
+            tslots_max=fcs.tslots_max,
+        )
 
     def node_cpus(self) -> list[int]:
         """The CPUs the NM's PEs are pinned to, PE i on cpus[i]."""
@@ -152,6 +176,12 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError("mm.slice must be between 0.001 and 60 seconds")
     if config.nm.heartbeat_timeout < 0:
         raise ConfigError("nm.heartbeat_timeout must not be negative")
+    fcs = config.fcs
+    f_thresh = fcs.f_thresh or 0.85 * fcs.cs_thresh
+    if not (0 < f_thresh <= fcs.cs_thresh < fcs.dc_thresh) or fcs.cslots_min < 1 or fcs.tslots_max < 1:
+        raise ConfigError("fcs: need 0 < f_thresh <= cs_thresh < dc_thresh, cslots_min >= 1, tslots_max >= 1")
+    if not 0 <= fcs.spin_us <= 1e6:
+        raise ConfigError("fcs.spin_us must be between 0 and 1000000")
     if config.mm.node_timeout <= 0 or config.mm.kill_timeout <= 0:
         raise ConfigError("mm.node_timeout and mm.kill_timeout must be positive")
     if config.mm.default_time_limit < 0:

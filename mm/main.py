@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="storm-mm",
         description="The storm machine manager: job store, queue, placement and time slices.",
     )
-    add_arguments(parser, ("cluster", "mm"))
+    add_arguments(parser, ("cluster", "mm", "fcs"))
     args = parser.parse_args(argv)
     try:
         config = from_arguments(args)

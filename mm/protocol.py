@@ -41,7 +41,8 @@ MAX_CLIENT_MESSAGE = 1 << 20
 MAX_NODE_MESSAGE = 64 << 20
 
 JOB_STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
-POLICIES = ("batch", "gang")
+POLICIES = ("batch", "gang", "sb", "fcs")
+CLASSES = ("CS", "F", "DC")
 NODE_STATES = ("UP", "DOWN")
 
 
@@ -204,10 +205,51 @@ class RankStats:
     granularity: float | None
     calls: int
     wait_mode: str
+    job_id: int = 0
+    # Under FCS: the PE the rank is pinned to, its class, and its slots in that class and in all.
+    pe: int = 0
+    klass: str = ""
+    cslots: int = 0
+    tslots: int = 0
 
     def __post_init__(self) -> None:
         _check(self.state in ("active", "no-mpi", "foreign-mpi"), f"unknown rank state {self.state!r}")
         _check(self.wait_mode in ("poll", "spin-block"), f"unknown wait mode {self.wait_mode!r}")
+        _check(self.klass in ("", *CLASSES), f"unknown class {self.klass!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassChange:
+    """One process changed class (FCS), at ``time`` on its node's clock."""
+
+    job_id: int
+    rank: int
+    node: str
+    time: float
+    old: str
+    new: str
+
+    def __post_init__(self) -> None:
+        _check(self.old in CLASSES and self.new in CLASSES, "classes are CS, F or DC")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FcsParameters:
+    """Table 2 of the FCS paper (times in seconds), set once on the MM and handed to every node."""
+
+    spin: float = 120e-6
+    cslots_min: int = 20
+    dc_thresh: float = 1.0
+    cs_thresh: float = 0.002
+    f_thresh: float = 0.85 * 0.002
+    tslots_max: int = 32768
+
+    def __post_init__(self) -> None:
+        _check(
+            0 < self.f_thresh <= self.cs_thresh < self.dc_thresh, "need 0 < F_thresh <= CS_thresh < DC_thresh"
+        )
+        _check(self.cslots_min >= 1 and self.tslots_max >= 1, "cslots_min and tslots_max must be >= 1")
+        _check(0 <= self.spin <= 1.0, "spin must be in [0, 1] second")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -344,6 +386,22 @@ class StatsView(Reply):
     ranks: tuple[RankStats, ...]
 
 
+@message("get_classes")
+@dataclass(frozen=True, kw_only=True)
+class GetClasses(Request):
+    """The processes of these jobs (all running jobs if none), or with ``history`` their class changes."""
+
+    job_ids: tuple[int, ...] = ()
+    history: bool = False
+
+
+@message("classes")
+@dataclass(frozen=True, kw_only=True)
+class ClassesView(Reply):
+    processes: tuple[RankStats, ...] = ()
+    changes: tuple[ClassChange, ...] = ()
+
+
 @message("node_list")
 @dataclass(frozen=True, kw_only=True)
 class NodeList(Reply):
@@ -389,6 +447,7 @@ class NodeRegistered(Message):
     slice: float = 0.1
     # The row of each of the node's jobs (the rest of the matrix is none of its business).
     rows: dict[str, int] = dataclasses.field(default_factory=dict)
+    fcs: FcsParameters = dataclasses.field(default_factory=FcsParameters)
 
     def __post_init__(self) -> None:
         _check(self.policy in POLICIES, f"unknown policy {self.policy!r}")
@@ -424,6 +483,9 @@ class Heartbeat(Message):
     row: int
     sent: float
     slice: float
+    # FCS: jobs whose processes return to CS at the end of the slot that just ended (every tslots_max of
+    # their slots), announced here so that every node resets them in the same slot.
+    resets: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.seq >= 0 and self.row >= 0, "seq and row must be >= 0")
@@ -433,11 +495,12 @@ class Heartbeat(Message):
 @message("job_stats")
 @dataclass(frozen=True, kw_only=True)
 class JobStats(Message):
-    """This node's ranks of a job, measured by mpihook; sent with every status report."""
+    """This node's ranks of a job, measured by mpihook, and their class changes since the last report."""
 
     job_id: int
     node: str
     ranks: tuple[RankStats, ...]
+    changes: tuple[ClassChange, ...] = ()
 
 
 @message("job_rows")

@@ -33,7 +33,13 @@ RANK_STATS = p.RankStats(
     granularity=0.00175,
     calls=2000,
     wait_mode="spin-block",
+    job_id=3,
+    pe=1,
+    klass="F",
+    cslots=4,
+    tslots=9,
 )
+CHANGE = p.ClassChange(job_id=3, rank=1, node="n1", time=1700000000.5, old="CS", new="F")
 EXITS = (RankExit(rank=0, exit_code=0), RankExit(rank=1, signal=9), RankExit(rank=2, error="no such file"))
 SLOTS = (RankSlot(rank=2, pe=0), RankSlot(rank=3, pe=5))
 
@@ -71,13 +77,18 @@ EXAMPLES: dict[str, p.Message] = {
         heartbeat_port=6818,
         slice=0.05,
         rows={"3": 1},
+        fcs=p.FcsParameters(
+            spin=0.0002, cslots_min=5, dc_thresh=2.0, cs_thresh=0.004, f_thresh=0.003, tslots_max=100
+        ),
     ),
     "node_status": p.NodeStatus(
         node="n1", nm_epoch="e1", mm_epoch="m", jobs=(1,), switches=7, switch_p50_ms=0.5, switch_p99_ms=2.5
     ),
-    "heartbeat": p.Heartbeat(epoch="m", seq=41, row=1, sent=1700000000.25, slice=0.1),
+    "heartbeat": p.Heartbeat(epoch="m", seq=41, row=1, sent=1700000000.25, slice=0.1, resets=(3, 4)),
     "job_rows": p.JobRows(rows={"3": 0, "4": 1}),
-    "job_stats": p.JobStats(job_id=3, node="n1", ranks=(RANK_STATS,)),
+    "job_stats": p.JobStats(job_id=3, node="n1", ranks=(RANK_STATS,), changes=(CHANGE,)),
+    "get_classes": p.GetClasses(req=10, job_ids=(3,), history=True),
+    "classes": p.ClassesView(req=10, processes=(RANK_STATS,), changes=(CHANGE, CHANGE)),
     "get_stats": p.GetStats(req=9, job_id=3),
     "stats": p.StatsView(req=9, job_id=3, state="RUNNING", age=0.5, ranks=(RANK_STATS, RANK_STATS)),
     "get_matrix": p.GetMatrix(req=8),
@@ -314,6 +325,30 @@ def launch_body(**changes: Any) -> dict[str, Any]:
         (
             {"op": "node_list", "nodes": [{**dataclasses.asdict(NODE_INFO), "state": "up"}]},
             "unknown node state",
+        ),
+        (
+            {"op": "node_registered", "node": "n", "mm_epoch": "m", "report_interval": 1.0, "policy": "fair"},
+            "unknown policy 'fair'",
+        ),
+        (
+            {
+                "op": "node_registered",
+                "node": "n",
+                "mm_epoch": "m",
+                "report_interval": 1.0,
+                "fcs": {"cs_thresh": 2.0, "dc_thresh": 1.0},
+            },
+            "node_registered.fcs: need 0 < F_thresh <= CS_thresh < DC_thresh",
+        ),
+        (
+            {
+                "op": "job_stats",
+                "job_id": 1,
+                "node": "n",
+                "ranks": [],
+                "changes": [{"job_id": 1, "rank": 0, "node": "n", "time": 1.0, "old": "CS", "new": "XX"}],
+            },
+            "job_stats.changes[0]: classes are CS, F or DC",
         ),
     ],
 )
