@@ -26,6 +26,7 @@ from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration, outc
 from storm.mm.matrix import Matrix, Placement
 from storm.mm.nodes import DOWN, NodeRegistry
 from storm.mm.protocol import (
+    FcsParameters,
     Heartbeat,
     JobInfo,
     JobLaunched,
@@ -80,14 +81,23 @@ class Tracking:
 
 class Controller:
     def __init__(
-        self, store: Store, config: MMConfig, now: float, mm_epoch: str, policy: str = "batch"
+        self,
+        store: Store,
+        config: MMConfig,
+        now: float,
+        mm_epoch: str,
+        *,
+        policy: str = "batch",
+        fcs: FcsParameters | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.mm_epoch = mm_epoch
         self.policy = policy
-        # Under gang scheduling the rows take turns; in batch every placed job runs all the time.
-        self.cycle = GangCycle(config.slice) if policy == "gang" else None
+        self.fcs = fcs or FcsParameters()
+        # Under gang and FCS the rows take turns with heartbeats; in batch and sb every placed job may run.
+        tslots_max = self.fcs.tslots_max if policy == "fcs" else None
+        self.cycle = GangCycle(config.slice, tslots_max) if policy in ("gang", "fcs") else None
         self.heartbeat_port = 0  # set by the daemon once it has bound its PUB socket
         self.matrix = Matrix(config.mpl)
         self.registry = NodeRegistry(config.node_timeout)
@@ -225,6 +235,7 @@ class Controller:
             row=0 if row is None else row,
             sent=now,
             slice=self.cycle.slice,
+            resets=self.cycle.resets,
         )
 
     def node_infos(self) -> list[NodeInfo]:
@@ -291,6 +302,7 @@ class Controller:
             heartbeat_port=self.heartbeat_port,
             slice=self.config.slice,
             rows=rows,
+            fcs=self.fcs,
         )
 
     def node_status(self, msg: NodeStatus, now: float) -> Reregister | None:
@@ -374,6 +386,14 @@ class Controller:
     def job_stats(self, msg: JobStats, now: float) -> None:
         if msg.job_id in self.active and msg.node in self.active[msg.job_id].nodes:
             self.stats.setdefault(msg.job_id, {})[msg.node] = (now, msg.ranks)
+            if msg.changes:
+                self.store.add_class_changes(msg.changes)
+
+    def classes(self, job_ids: tuple[int, ...]) -> list[RankStats]:
+        """The latest measurements and classes of every process of the given (else every running) job."""
+        wanted = job_ids or tuple(sorted(self.stats))
+        found = [r for j in wanted for _, ranks in self.stats.get(j, {}).values() for r in ranks]
+        return sorted(found, key=lambda r: (r.job_id, r.rank))
 
     def stats_view(self, job_id: int, now: float) -> StatsView:
         job = self.active.get(job_id) or self.pending.get(job_id) or self.store.get_job(job_id)

@@ -85,7 +85,10 @@ class MachineManager:
         self._lock = self._take_lock()
         self.store = Store(self.state_dir / "storm.db", config.mm.sync)
         self.epoch = uuid.uuid4().hex
-        self.core = Controller(self.store, config.mm, time.time(), self.epoch, config.cluster.policy)
+        self.core = Controller(
+            self.store, config.mm, time.time(), self.epoch, policy=config.cluster.policy,
+            fcs=config.fcs_parameters(),
+        )  # fmt: skip
         self.priority = request_realtime() if config.mm.realtime else "ordinary priority"
         self.ctx = zmq.asyncio.Context()  # after the priority: its I/O thread inherits it
         self.clients = self.ctx.socket(zmq.ROUTER)
@@ -139,7 +142,7 @@ class MachineManager:
         client = bind(self.clients, self.config.mm.client_endpoint)
         node = bind(self.nodes, self.config.mm.node_endpoint)
         heartbeat = ""
-        if self.core.policy == "gang":
+        if self.core.cycle is not None:
             heartbeat = bind(self.heartbeats, self.config.mm.heartbeat_endpoint)
             self.core.heartbeat_port = int(heartbeat.rsplit(":", 1)[1])
         self._write_endpoints(client, node, heartbeat)
@@ -278,6 +281,11 @@ class MachineManager:
                 return dataclasses.replace(self.core.matrix_view(), req=msg.req)
             case p.GetStats():
                 return dataclasses.replace(self.core.stats_view(msg.job_id, now), req=msg.req)
+            case p.GetClasses():
+                if msg.history:
+                    changes = tuple(self.store.class_changes(msg.job_ids))
+                    return p.ClassesView(req=msg.req, changes=changes)
+                return p.ClassesView(req=msg.req, processes=tuple(self.core.classes(msg.job_ids)))
             case p.CancelJobs():
                 results = self.core.cancel(msg.job_ids, caller.uid, caller.user, now)
                 return p.CancelResult(req=msg.req, results=results)

@@ -17,12 +17,17 @@ from dataclasses import dataclass, field
 @dataclass
 class GangCycle:
     slice: float
+    # FCS: every tslots_max slots of a job, all its processes return to CS together (None: never).
+    tslots_max: int | None = None
     seq: int = 0
     active: int | None = None
     # When the active row took over; accounting is closed up to here for every job.
     since: float = 0.0
     # Per job: suspended seconds accounted so far, and the time its accounting has reached.
     suspended: dict[int, float] = field(default_factory=dict)
+    # Per job: the time slots its row has had (tslots); and the jobs due for FCS's reset at this beat.
+    slots: dict[int, int] = field(default_factory=dict)
+    resets: tuple[int, ...] = ()
     _upto: dict[int, float] = field(default_factory=dict)
 
     def add(self, job_id: int, now: float, suspended: float = 0.0) -> None:
@@ -33,6 +38,7 @@ class GangCycle:
     def forget(self, job_id: int) -> float:
         """A job leaves the matrix; returns its suspended time (account before calling)."""
         self._upto.pop(job_id, None)
+        self.slots.pop(job_id, None)
         return self.suspended.pop(job_id, 0.0)
 
     def account(self, now: float, rows: Mapping[int, int]) -> None:
@@ -53,6 +59,12 @@ class GangCycle:
         """End the current slice: account for it, pick the next occupied row (None: the matrix is empty)."""
         self.account(now, rows)
         self.seq += 1
+        # The active row's jobs have just had a slot; FCS resets those that reached a multiple of tslots_max.
+        ended = [job_id for job_id, row in rows.items() if self.active is not None and row == self.active]
+        for job_id in ended:
+            self.slots[job_id] = self.slots.get(job_id, 0) + 1
+        limit = self.tslots_max
+        self.resets = tuple(sorted(j for j in ended if limit and self.slots[j] % limit == 0))
         if not occupied:
             self.active = None
             return None

@@ -16,6 +16,7 @@ from pathlib import Path
 import msgpack
 
 from storm.mm.jobs import Job, JobSpec, JobState
+from storm.mm.protocol import ClassChange
 
 SCHEMA_VERSION = 1
 
@@ -44,6 +45,16 @@ CREATE TABLE IF NOT EXISTS barriers (
     seq INTEGER NOT NULL,
     kvs BLOB NOT NULL
 );
+-- FCS's timeline: every class change of every process, as its node reported it.
+CREATE TABLE IF NOT EXISTS class_changes (
+    job_id INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    time REAL NOT NULL,
+    old TEXT NOT NULL,
+    new TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS class_changes_job ON class_changes (job_id, time);
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY,
     pes INTEGER NOT NULL,
@@ -250,6 +261,27 @@ class Store:
     def forget_barrier(self, job_id: int) -> None:
         with self.transaction():
             self._db.execute("DELETE FROM barriers WHERE job_id = ?", (job_id,))
+
+    # -- FCS class changes
+
+    def add_class_changes(self, changes: Iterable[ClassChange]) -> None:
+        with self.transaction():
+            self._db.executemany(
+                "INSERT INTO class_changes (job_id, rank, node, time, old, new) VALUES (?, ?, ?, ?, ?, ?)",
+                [(c.job_id, c.rank, c.node, c.time, c.old, c.new) for c in changes],
+            )
+
+    def class_changes(self, job_ids: Iterable[int]) -> list[ClassChange]:
+        result: list[ClassChange] = []
+        for job_id in job_ids:
+            rows = self._db.execute(
+                "SELECT job_id, rank, node, time, old, new FROM class_changes WHERE job_id = ? ORDER BY time",
+                (job_id,),
+            ).fetchall()
+            result.extend(
+                ClassChange(job_id=j, rank=r, node=n, time=t, old=o, new=w) for j, r, n, t, o, w in rows
+            )
+        return result
 
     # -- nodes
 
