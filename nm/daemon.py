@@ -9,13 +9,15 @@ What happens to a job's processes (start, stop, sweep) lives in nm/local_jobs.py
 are read every time slice by nm/monitor.py and reported with every status.
 
 Under gang scheduling the NM also subscribes to the MM's heartbeats and, on each, stops the ranks of jobs
-outside the active row and continues the others (nm/switcher.py); without heartbeats everything runs.
+outside the active row and continues the others (nm/switcher.py); under FCS it also classifies every process
+at the end of its slot (nm/classes.py) and decides per PE; without heartbeats everything runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -34,6 +36,7 @@ from storm.mm import protocol as p
 from storm.mm.config import StormConfig
 from storm.mm.daemon import bind, peer_credentials
 from storm.mm.priority import request_realtime
+from storm.nm.classes import Classifier, constants
 from storm.nm.gang import GangFollower
 from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Monitor
@@ -83,7 +86,10 @@ class NodeManager:
         # Line-buffered: a reader sees each heartbeat as it happens (ten short writes a second).
         self.trace = open(config.nm.trace, "a", buffering=1) if config.nm.trace else None  # noqa: SIM115
         self.monitor = Monitor(self.os, self.name)
-        self.switcher = ContextSwitcher(self.os, self.trace, self.monitor.switched)
+        self.switcher = ContextSwitcher(
+            self.os, self.trace, on_switch=self.monitor.switched, set_wait=self.monitor.set_wait
+        )
+        self.classifier = Classifier(self.name, self.monitor, self.switcher)
         self.local = LocalJobs(
             config.nm, self.name, self.cpus, self.run_dir, processes=self.os, switcher=self.switcher,
             monitor=self.monitor,
@@ -145,13 +151,15 @@ class NodeManager:
     # ---------------------------------------------------------------------------------------------- slices
 
     def _follow(self, msg: p.NodeRegistered) -> None:
-        """Follow the policy of the MM just registered with: subscribe to its heartbeats under gang."""
-        self.policy = msg.policy
+        """Follow the policy of the MM just registered with (heartbeats under gang and FCS)."""
+        self.policy = self.switcher.policy = msg.policy
+        self.classifier.constants = constants(msg.fcs, msg.slice)
+        self.monitor.spin_ns = self.local.spin_ns = int(msg.fcs.spin * 1e9)
         if not self.config.nm.heartbeat_timeout:
             self.follower.timeout = max(1.0, 10 * msg.slice)
         self.follower.follow(msg.mm_epoch, time.monotonic())
         endpoint = ""
-        if msg.policy == "gang":
+        if msg.policy in ("gang", "fcs"):
             host = self.config.nm.mm.split("://", 1)[-1].rsplit(":", 1)[0]
             endpoint = f"tcp://{host}:{msg.heartbeat_port}"
         if endpoint != self.heartbeat_endpoint:
@@ -164,6 +172,20 @@ class NodeManager:
         if self.follower.row is None:
             self.switcher.switch(None)  # until a heartbeat says otherwise, everything runs
 
+    def _job_stats(self, job_id: int) -> p.JobStats:
+        """The job's ranks on this node: mpihook's measurements, and under FCS their classes."""
+        ranks = []
+        for stats in self.monitor.stats(job_id):
+            key = (job_id, stats.rank)
+            unit = self.switcher.units.get(key)
+            extra: dict[str, object] = {"job_id": job_id, "pe": unit.pe if unit else 0}
+            if self.policy == "fcs":
+                state = self.classifier.state(key)
+                extra.update(klass=state.klass.value, cslots=state.cslots, tslots=state.tslots)
+            ranks.append(dataclasses.replace(stats, **extra))  # type: ignore[arg-type]
+        changes = self.classifier.take_changes(job_id)
+        return p.JobStats(job_id=job_id, node=self.name, ranks=tuple(ranks), changes=changes)
+
     async def _from_heartbeats(self) -> None:
         while True:
             data = await self.heartbeats.recv()
@@ -174,15 +196,17 @@ class NodeManager:
                 continue
             if not isinstance(beat, p.Heartbeat):
                 log.warning("unexpected %s on the heartbeat socket", beat.op)
-            elif self.policy == "gang" and self.follower.accept(beat, time.monotonic()):
+            elif self.policy in ("gang", "fcs") and self.follower.accept(beat, time.monotonic()):
                 self.monitor.sample()  # first: who is inside a blocking call as the slice ends
+                if self.policy == "fcs":
+                    self.classifier.end_of_slot(self.switcher.active, beat.resets)
                 self.switcher.switch(beat.row, seq=beat.seq, sent=beat.sent)
 
     async def _watchdog(self) -> None:
         """No heartbeat for too long: let every job run rather than leave some stopped for ever."""
         while True:
             await asyncio.sleep(0.1)
-            if self.policy != "gang":
+            if self.policy not in ("gang", "fcs"):
                 self.monitor.sample()  # without heartbeats, a slice of the default length
             if self.follower.expired(time.monotonic()):
                 log.warning("no heartbeat for %.1f s: letting every job run", self.follower.timeout)
@@ -240,8 +264,7 @@ class NodeManager:
                     if job.done is not None:
                         await self._to_mm(job.done)
                     elif job.launch.job_id in self.monitor.jobs:
-                        ranks = tuple(self.monitor.stats(job.launch.job_id))
-                        await self._to_mm(p.JobStats(job_id=job.launch.job_id, node=self.name, ranks=ranks))
+                        await self._to_mm(self._job_stats(job.launch.job_id))
                 interval = self.report_interval
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake_reporter.wait(), interval)
@@ -317,6 +340,7 @@ class NodeManager:
                 job = self.jobs.get(msg.job_id)
                 if job is not None and job.done is not None and msg.what == p.JobNodeDone.op:
                     self.local.forget(job)
+                    self.classifier.forget(msg.job_id)
             case p.Error():
                 log.warning("storm-mm reported an error: %s: %s", msg.code, msg.text)
             case _:

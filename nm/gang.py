@@ -10,7 +10,6 @@ Pure: time is passed in; the NM daemon does the signalling.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from storm.mm.protocol import Heartbeat
@@ -44,8 +43,3 @@ class GangFollower:
             return False
         self.row = None
         return True
-
-
-def runnable(rows: Mapping[int, int], active: int | None) -> dict[int, bool]:
-    """Job id -> whether its ranks should run: those of the active row, or all when there is none."""
-    return {job_id: active is None or row == active for job_id, row in rows.items()}

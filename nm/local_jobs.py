@@ -85,7 +85,7 @@ class LocalJobs:
         self.monitor = monitor
         self.jobs: dict[int, LocalJob] = {}
         self.hook_library = find_hook_library()
-        self.spin_ns = int(config.spin_us * 1000)
+        self.spin_ns = 120_000  # T_spin until the MM says otherwise (NodeRegistered.fcs.spin)
         self.shells_endpoint = ""
 
     # ------------------------------------------------------------------------------------------- start
@@ -94,7 +94,7 @@ class LocalJobs:
         """Start the node's ranks of a job; a failure leaves the job done, with every rank failed."""
         job = LocalJob(launch=msg, dir=JobDir.of(self.run_dir, msg.job_id))
         self.jobs[msg.job_id] = job
-        self.switcher.add(msg.job_id, msg.row)
+        self.switcher.add(msg.job_id, [(s.rank, s.pe) for s in msg.slots], msg.row)
         try:
             self._start_shell(job)
         except (OSError, ValueError, KeyError) as exc:

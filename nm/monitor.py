@@ -73,18 +73,19 @@ class JobMonitor:
         self.stopped_polling_ns = [0] * len(ranks)
         self._paused: dict[int, tuple[int, bool]] = {}  # index -> (monotonic ns at the stop, polling)
 
-    def pause(self, now_ns: int) -> None:
-        """The job's ranks were just stopped: remember which of them were inside a blocking call."""
-        for index, counters in enumerate(self.latest):
-            if counters is not None and counters.in_call:
-                self._paused[index] = (now_ns, self.modes[index] == WAIT_POLL)
+    def pause(self, index: int, now_ns: int) -> None:
+        """The rank was just stopped: if it was inside a blocking call, that stop is not waiting."""
+        counters = self.latest[index]
+        if counters is not None and counters.in_call:
+            self._paused[index] = (now_ns, self.modes[index] == WAIT_POLL)
 
-    def resume(self, now_ns: int) -> None:
-        for index, (since, polling) in self._paused.items():
+    def resume(self, index: int, now_ns: int) -> None:
+        paused = self._paused.pop(index, None)
+        if paused is not None:
+            since, polling = paused
             self.stopped_ns[index] += now_ns - since
             if polling:
                 self.stopped_polling_ns[index] += now_ns - since
-        self._paused.clear()
 
     def sample(self) -> list[int]:
         """Read every record of the job (one system call); called at every time slice.
@@ -138,6 +139,7 @@ class Monitor:
         self.os = processes
         self.node = node
         self.jobs: dict[int, JobMonitor] = {}
+        self.spin_ns = 120_000  # T_spin for ranks told to spin-block (the MM's FCS parameters say)
 
     def add(self, job_id: int, segment: HookSegment, ranks: list[int]) -> None:
         self.jobs[job_id] = JobMonitor(segment, ranks)
@@ -160,25 +162,37 @@ class Monitor:
                 pid = job.pids.get(index)
                 job.reset(index, self.os.cpu_ns(pid) if pid else None)
 
-    def set_wait(self, job_id: int, mode: int, spin_ns: int, index: int | None = None) -> None:
-        """Set the wait mode of one rank of the job (by record index) or of all of them."""
+    def set_wait(self, job_id: int, index: int, spin_block: bool) -> None:
+        """Tell one rank (by record index) to busy-poll or to spin-block in its blocking calls."""
         job = self.jobs.get(job_id)
-        if job is None:
-            return
-        for i in range(len(job.ranks)) if index is None else (index,):
-            if job.modes[i] != mode:
-                job.segment.set_wait(i, mode, spin_ns)
-                job.modes[i] = mode
+        mode = WAIT_SPINBLOCK if spin_block else WAIT_POLL
+        if job is not None and job.modes[index] != mode:
+            job.segment.set_wait(index, mode, self.spin_ns)
+            job.modes[index] = mode
 
-    def switched(self, job_id: int, running: bool) -> None:
-        """Gang scheduling stopped or continued the job's ranks on this node."""
+    def switched(self, job_id: int, index: int, running: bool) -> None:
+        """Time slicing stopped or continued one rank of the job."""
         job = self.jobs.get(job_id)
         if job is not None:
             now = time.monotonic_ns()
             if running:
-                job.resume(now)
+                job.resume(index, now)
             else:
-                job.pause(now)
+                job.pause(index, now)
+
+    def measure_rank(self, job_id: int, index: int) -> Measurement | None:
+        """The rank's measurement since its last reset (reads its CPU time from the kernel)."""
+        job = self.jobs.get(job_id)
+        pid = None if job is None else job.pids.get(index)
+        if job is None or not pid:
+            return None
+        return job.measure(index, self.os.cpu_ns(pid))
+
+    def reset_rank(self, job_id: int, index: int) -> None:
+        job = self.jobs.get(job_id)
+        pid = None if job is None else job.pids.get(index)
+        if job is not None and pid:
+            job.reset(index, self.os.cpu_ns(pid))
 
     def stats(self, job_id: int) -> list[RankStats]:
         """The job's ranks as ``storm stats`` shows them (reads each rank's CPU time from the kernel)."""

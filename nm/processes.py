@@ -6,6 +6,7 @@ Unit tests substitute a fake :class:`Processes`; the daemon and the end-to-end t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 from collections.abc import Collection
@@ -53,6 +54,10 @@ class Processes(Protocol):
 
     def cpu_ns(self, pid: int) -> int | None:
         """CPU time of the process's main thread in nanoseconds (the kernel's accounting), None if gone."""
+        ...
+
+    def set_nice(self, pgid: int, nice: int) -> None:
+        """The scheduling priority (nice value) of every thread of a process group; gone is no error."""
         ...
 
     def remove_shm(self, names: Collection[str]) -> list[str]:
@@ -110,6 +115,10 @@ class LinuxProcesses:
             fields = _stat_fields(pid)
             result[pid] = None if fields is None else fields[0]
         return result
+
+    def set_nice(self, pgid: int, nice: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.setpriority(os.PRIO_PGRP, pgid, nice)
 
     def cpu_ns(self, pid: int) -> int | None:
         try:

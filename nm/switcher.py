@@ -1,10 +1,17 @@
-"""The context switch on one node: stop the ranks of every job outside the active row, continue the others.
+"""The context switch on one node: which ranks run, how they wait in MPI, and which one has priority.
 
-A whole job's local ranks are stopped or continued together, each rank by its process group (which holds
-whatever the rank forked). Stops go out before continues, so that two jobs never run on one PE on purpose.
-Signals are asynchronous: a switch has taken effect when /proc shows every stopped rank in state 'T' and no
-continued one in it. How long that takes, from the heartbeat's arrival, is recorded for ``storm nodes`` and
-for the benchmarks, which can also ask for one trace line per heartbeat.
+Decided per rank, at every heartbeat (and when ranks start), by the policy:
+
+- batch: every rank runs and busy-polls (MPICH's own way);
+- gang: only the active row's ranks run; the others are stopped; all poll;
+- sb (spin-block, implicit coscheduling): every rank runs, and spin-blocks in blocking calls;
+- fcs: Algorithm 1 of the FCS paper per PE (nm/fcs.py), from each process's class.
+
+Without heartbeats (``active`` None) every rank runs. A rank is stopped or continued through its process group
+(which holds whatever it forked); stops go out before continues, so that two ranks never share a PE on
+purpose. Signals are asynchronous: a switch has taken effect when /proc shows every stopped rank in state 'T'
+and no continued one in it. How long that takes from the heartbeat's arrival is recorded for ``storm nodes``
+and the benchmarks, which can also ask for one trace line per heartbeat.
 """
 
 from __future__ import annotations
@@ -16,10 +23,10 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TextIO
 
-from storm.nm.gang import runnable
+from storm.nm.fcs import Decision, Klass, Process, context_switch
 from storm.nm.processes import Processes
 
 log = logging.getLogger("storm.nm")
@@ -27,13 +34,24 @@ log = logging.getLogger("storm.nm")
 VERIFY_POLL = 0.0005
 VERIFY_LIMIT = 0.5
 SAMPLES = 1000
+BACKGROUND_NICE = 10  # DC and F processes sharing a PE with an F process whose slot it is
+
+Key = tuple[int, int]  # (job id, rank)
 
 
 @dataclass
-class SwitchedJob:
+class Unit:
+    """One rank of a job on this node."""
+
+    job_id: int
+    rank: int
+    index: int  # its record in the job's mpihook segment
+    pe: int
     row: int
-    pids: dict[int, int] = field(default_factory=dict)  # rank -> pid of the ranks still alive
+    pid: int = 0  # 0 until the job shell has spawned it, and again once it has ended
     running: bool = True
+    spin_block: bool = False
+    nice: int = 0
 
 
 class ContextSwitcher:
@@ -41,70 +59,77 @@ class ContextSwitcher:
         self,
         processes: Processes,
         trace: TextIO | None = None,
-        on_switch: Callable[[int, bool], None] | None = None,
+        *,
+        on_switch: Callable[[int, int, bool], None] | None = None,
+        set_wait: Callable[[int, int, bool], None] | None = None,
     ) -> None:
         self.os = processes
-        self.on_switch = on_switch  # told (job id, running) whenever a job is stopped or continued
-        self.jobs: dict[int, SwitchedJob] = {}
-        self.active: int | None = None
         self.trace = trace
+        self.on_switch = on_switch  # told (job id, record index, running) when a rank is stopped or continued
+        self.set_wait = set_wait  # asked (job id, record index, spin-block?) to change how a rank waits
+        self.policy = "batch"
+        self.units: dict[Key, Unit] = {}
+        self.classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)
+        self.active: int | None = None
         self.durations: deque[float] = deque(maxlen=SAMPLES)  # seconds from arrival to effect
         self.switches = 0
         self._verifying: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------------------------------- jobs
 
-    def add(self, job_id: int, row: int) -> None:
-        self.jobs[job_id] = SwitchedJob(row=row)
+    def add(self, job_id: int, slots: list[tuple[int, int]], row: int) -> None:
+        """A job's local ranks, as (rank, PE) in the order of its slots (= its records in the segment)."""
+        for index, (rank, pe) in enumerate(slots):
+            self.units[(job_id, rank)] = Unit(job_id=job_id, rank=rank, index=index, pe=pe, row=row)
 
     def set_row(self, job_id: int, row: int) -> None:
-        job = self.jobs.get(job_id)
-        if job is not None:
-            job.row = row
+        for unit in self._of(job_id):
+            unit.row = row
 
     def started(self, job_id: int, pids: dict[int, int]) -> None:
         """The job's ranks exist: put them in the state the current slice wants at once."""
-        job = self.jobs.get(job_id)
-        if job is None:
-            return
-        job.pids = dict(pids)
-        job.running = True
-        if not runnable({job_id: job.row}, self.active)[job_id]:
-            self._signal(job, signal.SIGSTOP)
-            job.running = False
-            self._told(job_id, running=False)
+        for unit in self._of(job_id):
+            unit.pid = pids.get(unit.rank, 0)
+            unit.running = True  # a new process runs, whatever was decided for it before it existed
+        self._apply({k: d for k, d in self.decide(self.active).items() if k[0] == job_id})
 
     def rank_gone(self, job_id: int, rank: int) -> None:
         """A rank ended: never signal its process group again (its number may be reused)."""
-        job = self.jobs.get(job_id)
-        if job is not None:
-            job.pids.pop(rank, None)
+        unit = self.units.get((job_id, rank))
+        if unit is not None:
+            unit.pid = 0
 
     def remove(self, job_id: int) -> None:
         """The job is over or being killed: it is no longer switched (the kill continues it first)."""
-        self.jobs.pop(job_id, None)
+        for key in [k for k in self.units if k[0] == job_id]:
+            del self.units[key]
+            self.classes.pop(key, None)
+
+    def _of(self, job_id: int) -> list[Unit]:
+        return [u for u in self.units.values() if u.job_id == job_id]
+
+    # ------------------------------------------------------------------------------------------- deciding
+
+    def decide(self, active: int | None) -> dict[Key, Decision]:
+        if self.policy == "fcs":
+            processes = (
+                Process(key=key, pe=u.pe, row=u.row, klass=self.classes.get(key, Klass.CS))
+                for key, u in self.units.items()
+            )
+            return context_switch(processes, active)
+        spin = self.policy == "sb"
+        gang = self.policy == "gang" and active is not None
+        return {
+            key: Decision(run=not gang or u.row == active, spin_block=spin) for key, u in self.units.items()
+        }
 
     # ------------------------------------------------------------------------------------------- switching
 
     def switch(self, active: int | None, *, seq: int = -1, sent: float | None = None) -> None:
-        """Make ``active`` the running row (None: every job runs), and check that it took effect."""
+        """Make ``active`` the running row (None: every rank runs), and check that it took effect."""
         received = time.time()
         self.active = active
-        wanted = runnable({job_id: job.row for job_id, job in self.jobs.items()}, active)
-        stop = [job for job_id, job in self.jobs.items() if job.running and not wanted[job_id]]
-        cont = [job for job_id, job in self.jobs.items() if not job.running and wanted[job_id]]
-        for job_id, job in self.jobs.items():
-            if job in stop:
-                self._signal(job, signal.SIGSTOP)
-                job.running = False
-                self._told(job_id, running=False)
-        for job_id, job in self.jobs.items():
-            if job in cont:
-                self._signal(job, signal.SIGCONT)
-                job.running = True
-                self._told(job_id, running=True)
-        expected = {pid: False for job in stop for pid in job.pids.values()}
-        expected.update({pid: True for job in cont for pid in job.pids.values()})
+        expected = self._apply(self.decide(active))
         if not expected:
             self._record(seq, active, sent, received, received, ranks=0)
             return
@@ -115,13 +140,31 @@ class ContextSwitcher:
             self._verify(expected, seq, active, sent, received)
         )
 
-    def _told(self, job_id: int, *, running: bool) -> None:
-        if self.on_switch is not None:
-            self.on_switch(job_id, running)
-
-    def _signal(self, job: SwitchedJob, sig: int) -> None:
-        for pid in job.pids.values():
-            self.os.signal_group(pid, sig)
+    def _apply(self, decisions: dict[Key, Decision]) -> dict[int, bool]:
+        """Signal what must change; return pid -> whether it should now run, for the check."""
+        stop = [k for k, d in decisions.items() if not d.run and self.units[k].running]
+        cont = [k for k, d in decisions.items() if d.run and not self.units[k].running]
+        expected: dict[int, bool] = {}
+        for keys, sig, running in ((stop, signal.SIGSTOP, False), (cont, signal.SIGCONT, True)):
+            for key in keys:
+                unit = self.units[key]
+                unit.running = running
+                if unit.pid:
+                    self.os.signal_group(unit.pid, sig)
+                    expected[unit.pid] = running
+                if self.on_switch is not None:
+                    self.on_switch(unit.job_id, unit.index, running)
+        favoured = {self.units[k].pe for k, d in decisions.items() if d.prioritized}
+        for key, decision in decisions.items():
+            unit = self.units[key]
+            if decision.spin_block != unit.spin_block and self.set_wait is not None:
+                self.set_wait(unit.job_id, unit.index, decision.spin_block)
+                unit.spin_block = decision.spin_block
+            nice = BACKGROUND_NICE if unit.pe in favoured and decision.run and not decision.prioritized else 0
+            if nice != unit.nice and unit.pid:
+                self.os.set_nice(unit.pid, nice)
+                unit.nice = nice
+        return expected
 
     async def _verify(
         self, expected: dict[int, bool], seq: int, active: int | None, sent: float | None, received: float

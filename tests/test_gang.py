@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from storm.mm.protocol import Heartbeat
-from storm.nm.gang import GangFollower, runnable
+from storm.nm.gang import GangFollower
 
 
 def beat(seq: int, row: int, epoch: str = "mm1") -> Heartbeat:
@@ -41,10 +41,3 @@ def test_silence_lets_every_job_run_once() -> None:
     assert follower.expired(1.1) and follower.row is None
     assert not follower.expired(5.0)  # reported once
     assert follower.accept(beat(2, 0), 5.1) and follower.row == 0  # heartbeats came back
-
-
-def test_runnable_jobs() -> None:
-    rows = {7: 0, 8: 1, 9: 1}
-    assert runnable(rows, 1) == {7: False, 8: True, 9: True}
-    assert runnable(rows, None) == {7: True, 8: True, 9: True}
-    assert runnable(rows, 3) == {7: False, 8: False, 9: False}

@@ -74,7 +74,8 @@ def test_spin_blocked_time_was_not_on_the_cpu(segment: HookSegment) -> None:
     cpu.cpu[101] = 0
     hook_writes(segment, 1, events=0, comm=0)
     monitor.sample()
-    monitor.set_wait(5, WAIT_SPINBLOCK, 120_000, index=1)
+    monitor.set_wait(5, 1, spin_block=True)
+    assert segment.wait_mode(1) == (WAIT_SPINBLOCK, monitor.spin_ns)
     cpu.cpu[101] = 50 * 2 * MS + 50 * 100_000  # 2 ms of work and 0.1 ms of spinning per step
     hook_writes(segment, 1, events=50, comm=50 * 3 * MS, block=50 * (3 * MS - 100_000))
     monitor.sample()
@@ -92,8 +93,8 @@ def test_a_stop_inside_a_blocking_call_is_not_waiting(segment: HookSegment) -> N
     hook_writes(segment, 0, events=10, comm=10 * MS, in_call=True)  # waiting when its slice ends
     monitor.sample()
     job = monitor.jobs[5]
-    job.pause(1_000 * MS)
-    job.resume(1_100 * MS)  # 100 ms stopped by gang scheduling, inside the call
+    job.pause(0, 1_000 * MS)
+    job.resume(0, 1_100 * MS)  # 100 ms stopped by gang scheduling, inside the call
     cpu.cpu[100] = 10 * 4 * MS + 11 * MS  # what it really polled: 11 ms
     hook_writes(segment, 0, events=10, comm=10 * MS + 101 * MS)  # the call returned: 101 ms of wall time
     monitor.sample()

@@ -1,0 +1,87 @@
+"""FCS on one node: each process's class, reclassified at the end of each of its assigned time slots.
+
+At every heartbeat the processes of the row that just ran have finished an assigned slot: each is evaluated
+(Algorithm 2, nm/fcs.py) from what the monitor measured since its last reset, the monitor is reset when the
+class changes (or when the MM announces the job's periodic reset), and the switcher learns the new class.
+Class changes are kept until the next report, which carries them to the MM's durable timeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+
+from storm.mm.protocol import ClassChange, FcsParameters
+from storm.nm.fcs import Constants, Measurement, ProcessClass, end_of_slot
+from storm.nm.monitor import Monitor
+from storm.nm.switcher import ContextSwitcher, Key
+
+log = logging.getLogger("storm.nm")
+
+
+def constants(parameters: FcsParameters, slice_: float) -> Constants:
+    return Constants(
+        slice=slice_,
+        spin=parameters.spin,
+        cslots_min=parameters.cslots_min,
+        dc_thresh=parameters.dc_thresh,
+        cs_thresh=parameters.cs_thresh,
+        f_thresh=parameters.f_thresh,
+        tslots_max=parameters.tslots_max,
+    )
+
+
+class Classifier:
+    def __init__(self, node: str, monitor: Monitor, switcher: ContextSwitcher) -> None:
+        self.node = node
+        self.monitor = monitor
+        self.switcher = switcher
+        self.constants = Constants()
+        self.states: dict[Key, ProcessClass] = {}
+        self.changes: list[ClassChange] = []
+
+    def state(self, key: Key) -> ProcessClass:
+        return self.states.get(key, ProcessClass())
+
+    def end_of_slot(self, row: int | None, resets: Collection[int] = ()) -> None:
+        """The processes of ``row`` have just finished an assigned slot: evaluate each of them."""
+        if row is None:
+            return
+        for key, unit in list(self.switcher.units.items()):
+            if unit.row != row or not unit.pid:
+                continue
+            measured = self._measurement(unit.job_id, unit.index)
+            old = self.state(key)
+            new, restart = end_of_slot(old, measured, self.constants, job_reset=unit.job_id in resets)
+            self.states[key] = new
+            if restart:
+                self.monitor.reset_rank(unit.job_id, unit.index)
+            if new.klass is not old.klass:
+                self.switcher.classes[key] = new.klass
+                change = ClassChange(
+                    job_id=unit.job_id,
+                    rank=unit.rank,
+                    node=self.node,
+                    time=time.time(),
+                    old=old.klass.value,
+                    new=new.klass.value,
+                )
+                self.changes.append(change)
+                log.debug("job %d rank %d: %s -> %s", unit.job_id, unit.rank, old.klass, new.klass)
+
+    def _measurement(self, job_id: int, index: int) -> Measurement | None:
+        """None for a process that has not entered MPI through the hook: it does not communicate."""
+        measured = self.monitor.measure_rank(job_id, index)
+        if measured is None:
+            return None
+        return Measurement(t_cpu=measured.t_cpu, t_comm=measured.t_comm, c_comm=measured.c_comm)
+
+    def forget(self, job_id: int) -> None:
+        for key in [k for k in self.states if k[0] == job_id]:
+            del self.states[key]
+
+    def take_changes(self, job_id: int) -> tuple[ClassChange, ...]:
+        mine = tuple(c for c in self.changes if c.job_id == job_id)
+        self.changes = [c for c in self.changes if c.job_id != job_id]
+        return mine

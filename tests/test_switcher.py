@@ -1,0 +1,101 @@
+"""The context switch per policy, the OS seam faked: what is signalled, how ranks wait, who has priority."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from storm.nm.fcs import Klass
+from storm.nm.switcher import BACKGROUND_NICE, ContextSwitcher
+
+
+class FakeOs:
+    """Records what the switcher asks of the OS; every process reaches the state it was signalled to."""
+
+    def __init__(self) -> None:
+        self.signals: list[tuple[int, int]] = []
+        self.nice: dict[int, int] = {}
+        self.stopped: set[int] = set()
+
+    def signal_group(self, pgid: int, sig: int) -> bool:
+        self.signals.append((pgid, sig))
+        (self.stopped.add if sig == signal.SIGSTOP else self.stopped.discard)(pgid)
+        return True
+
+    def set_nice(self, pgid: int, nice: int) -> None:
+        self.nice[pgid] = nice
+
+    def states(self, pids: list[int]) -> dict[int, str | None]:
+        return {pid: "T" if pid in self.stopped else "R" for pid in pids}
+
+
+def node(policy: str) -> tuple[ContextSwitcher, FakeOs, list[tuple[int, int, bool]]]:
+    """Two jobs sharing PE 0 of this node: job 1 (pid 100) in row 0, job 2 (pid 200) in row 1."""
+    fake, waits = FakeOs(), []
+    switcher = ContextSwitcher(fake, set_wait=lambda job, index, spin: waits.append((job, index, spin)))  # type: ignore[arg-type]
+    switcher.policy = policy
+    switcher.add(1, [(0, 0)], row=0)
+    switcher.add(2, [(0, 0)], row=1)
+    return switcher, fake, waits
+
+
+def run(switcher: ContextSwitcher, fake: FakeOs, active: int | None) -> list[tuple[int, int]]:
+    async def go() -> None:
+        switcher.switch(active)
+        await asyncio.sleep(0)  # let the check of the switch run once
+
+    fake.signals.clear()
+    asyncio.run(go())
+    return list(fake.signals)
+
+
+def test_gang_stops_before_it_continues_and_each_job_in_its_row() -> None:
+    switcher, fake, waits = node("gang")
+    switcher.started(1, {0: 100})
+    switcher.started(2, {0: 200})
+    assert run(switcher, fake, 0) == [(200, signal.SIGSTOP)]
+    assert run(switcher, fake, 1) == [(100, signal.SIGSTOP), (200, signal.SIGCONT)]
+    assert run(switcher, fake, 1) == []  # nothing to change
+    assert run(switcher, fake, None) == [(100, signal.SIGCONT)]  # no heartbeats: everything runs
+    assert waits == [] and fake.nice == {}  # gang never touches waits or priorities
+    assert switcher.switches == 3
+
+
+def test_a_rank_that_starts_in_another_rows_slice_starts_stopped() -> None:
+    switcher, fake, _ = node("gang")
+    run(switcher, fake, 0)
+    switcher.started(2, {0: 200})
+    assert fake.signals == [(200, signal.SIGSTOP)]
+    switcher.rank_gone(2, 0)
+    assert run(switcher, fake, 1) == []  # its process group may be someone else's now
+
+
+def test_spin_block_policy_lets_everything_run_and_spin_block() -> None:
+    switcher, fake, waits = node("sb")
+    switcher.started(1, {0: 100})
+    switcher.started(2, {0: 200})
+    assert run(switcher, fake, None) == []
+    assert waits == [(1, 0, True), (2, 0, True)]
+
+
+def test_fcs_gives_a_cs_process_its_slot_alone_and_lets_dc_fill_the_others() -> None:
+    switcher, fake, waits = node("fcs")
+    switcher.started(1, {0: 100})
+    switcher.started(2, {0: 200})
+    switcher.classes[(2, 0)] = Klass.DC  # job 1 stays CS (the default)
+    assert run(switcher, fake, 0) == [(200, signal.SIGSTOP)]  # CS alone, polling
+    assert run(switcher, fake, 1) == [(100, signal.SIGSTOP), (200, signal.SIGCONT)]
+    assert (2, 0, True) in waits and (1, 0, True) not in waits
+
+
+def test_fcs_prioritizes_the_f_process_of_the_slot_over_the_dc_sharing_its_pe() -> None:
+    switcher, fake, _ = node("fcs")
+    switcher.started(1, {0: 100})
+    switcher.started(2, {0: 200})
+    switcher.classes[(1, 0)] = Klass.F
+    switcher.classes[(2, 0)] = Klass.DC
+    run(switcher, fake, 0)
+    assert fake.nice == {200: BACKGROUND_NICE}  # job 1 is F in its own slot; DC job 2 yields to it
+    run(switcher, fake, 1)
+    assert fake.nice == {200: 0}  # job 2's slot: nobody is favoured
+    assert 100 not in fake.stopped and 200 not in fake.stopped
