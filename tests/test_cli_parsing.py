@@ -15,8 +15,8 @@ from storm.tools.cli import (
     check_command,
     parse_time_limit,
     prepare_outputs,
-    table,
 )
+from storm.tools.views import table
 
 
 @pytest.mark.parametrize(

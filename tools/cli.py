@@ -7,21 +7,18 @@ Read commands take ``--json`` for scripts. Exit status: 0 on success, 1 when sto
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import pwd
 import re
 import shutil
 import signal
 import sys
-import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.jobs import WAIT_EXIT_CODES, JobState, expand_path, format_duration
+from storm.mm.jobs import WAIT_EXIT_CODES, JobState, expand_path
+from storm.tools import views
 from storm.tools.client import Client, ClientError, default_local_dir
 
 
@@ -53,27 +50,6 @@ def parse_time_limit(text: str) -> float:
     if seconds <= 0:
         raise UsageError("a time limit must be positive")
     return float(seconds)
-
-
-def format_clock(stamp: float | None) -> str:
-    return "-" if stamp is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp))
-
-
-def elapsed(job: p.JobInfo, now: float) -> float | None:
-    """Time the job has run: since it started, less the time gang scheduling kept it stopped."""
-    if job.start_time is None:
-        return None
-    return (job.end_time or now) - job.start_time - job.suspended_time
-
-
-def as_json(record: Any) -> Any:
-    return dataclasses.asdict(record)
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(c) for c in headers], *([str(c) for c in row] for row in rows)]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -157,60 +133,6 @@ def wait_for_job(client: Client, job_id: int) -> int:
     return WAIT_EXIT_CODES.get(state) or job.exit_code or 1
 
 
-def cmd_queue(args: argparse.Namespace) -> int:
-    with Client(args.mm) as client:
-        jobs = client.jobs(everything=args.all)
-    if args.json:
-        print(json.dumps([as_json(j) for j in jobs], indent=1))
-        return 0
-    now = time.time()
-    rows = [
-        (
-            j.id, j.name[:20], j.user, j.state, j.ranks, format_duration(elapsed(j, now)),
-            format_duration(j.time_limit), ",".join(j.nodes) or "-",
-            "-" if j.exit_code is None else j.exit_code, j.reason or "-",
-        )
-        for j in jobs
-    ]  # fmt: skip
-    headers = ("JOBID", "NAME", "USER", "STATE", "RANKS", "TIME", "LIMIT", "NODES", "EXIT", "REASON")
-    print(table(headers, rows))
-    return 0
-
-
-def cmd_show(args: argparse.Namespace) -> int:
-    with Client(args.mm) as client:
-        jobs = client.jobs(tuple(args.job_ids))
-    missing = sorted(set(args.job_ids) - {j.id for j in jobs})
-    for job_id in missing:
-        print(f"storm: no job {job_id}", file=sys.stderr)
-    if args.json:
-        print(
-            json.dumps(
-                [as_json(j) for j in jobs] if len(args.job_ids) > 1 else as_json(jobs[0]) if jobs else None,
-                indent=1,
-            )
-        )
-    else:
-        now = time.time()
-        for job in jobs:
-            fields = [
-                ("JobId", job.id), ("Name", job.name), ("User", f"{job.user} ({job.uid})"),
-                ("State", job.state), ("Reason", job.reason or "-"),
-                ("ExitCode", "-" if job.exit_code is None else job.exit_code),
-                ("Ranks", job.ranks), ("Nodes", ",".join(job.nodes) or "-"),
-                ("TimeLimit", format_duration(job.time_limit)),
-                ("RunTime", format_duration(elapsed(job, now))),
-                ("Suspended", format_duration(job.suspended_time)),
-                ("Row", "-" if job.row is None else job.row),
-                ("SubmitTime", format_clock(job.submit_time)), ("StartTime", format_clock(job.start_time)),
-                ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
-                ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
-            ]  # fmt: skip
-            print("\n".join(f"{k:>11}: {v}" for k, v in fields))
-            print()
-    return 1 if missing else 0
-
-
 def cmd_cancel(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         results = client.cancel(tuple(args.job_ids))
@@ -221,85 +143,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         status |= 0 if ok else 1
         print(f"job {job_id}: {result}", file=sys.stdout if ok else sys.stderr)
     return status
-
-
-def render_matrix(view: p.MatrixView) -> str:
-    """Rows of the matrix, the active one marked with '*'; '.' for a free PE."""
-    if view.policy == "gang":
-        active = "-" if view.active_row is None else str(view.active_row)
-        title = f"gang scheduling, MPL {view.mpl}, {view.slice * 1000:g} ms slices, active row {active}"
-    else:
-        title = "batch scheduling (one row: every job runs all the time)"
-    rows = [
-        (f"{index}{' *' if index == view.active_row else ''}", *(str(job) if job else "." for job in line))
-        for index, line in enumerate(view.cells)
-    ]
-    return title + "\n" + table(("ROW", *view.columns), rows)
-
-
-def cmd_matrix(args: argparse.Namespace) -> int:
-    with Client(args.mm) as client:
-        view = client.call(p.GetMatrix(), p.MatrixView)
-    if args.json:
-        print(json.dumps(as_json(view), indent=1))
-    else:
-        print(render_matrix(view))
-    return 0
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    with Client(args.mm) as client:
-        view = client.call(p.GetStats(job_id=args.job_id), p.StatsView)
-    if args.json:
-        print(json.dumps(as_json(view), indent=1))
-        return 0
-    if not view.ranks:
-        live = view.state in ("PENDING", "STARTING", "RUNNING")
-        print(
-            f"job {view.job_id} ({view.state}): "
-            + ("no statistics yet" if live else "statistics are kept while a job runs")
-        )
-        return 0
-    print(f"job {view.job_id} ({view.state}), reported {view.age:.1f} s ago; times per communication event:")
-
-    def per_event(seconds: float, events: int) -> str:
-        return f"{seconds / events * 1000:.3f}" if events else "-"
-
-    rows = [
-        (
-            r.rank, r.node, r.pid, r.state, f"{r.t_cpu:.3f}", f"{r.t_comm:.3f}", r.c_comm,
-            per_event(r.t_cpu, r.c_comm), per_event(r.t_comm, r.c_comm),
-            "-" if r.granularity is None else f"{r.granularity * 1000:.3f}", r.wait_mode,
-        )
-        for r in view.ranks
-    ]  # fmt: skip
-    headers = ("RANK", "NODE", "PID", "STATE", "T_CPU(s)", "T_COMM(s)", "C_COMM", "CPU/EV(ms)", "WAIT/EV(ms)",
-               "G(ms)", "WAIT")  # fmt: skip
-    print(table(headers, rows))
-    return 0
-
-
-def cmd_nodes(args: argparse.Namespace) -> int:
-    with Client(args.mm) as client:
-        nodes = client.nodes()
-    if args.json:
-        print(json.dumps([as_json(n) for n in nodes], indent=1))
-        return 0
-    rows = [
-        (
-            n.name,
-            n.state,
-            n.pes,
-            n.pes_used,
-            ",".join(map(str, n.jobs)) or "-",
-            f"{n.switches} ({n.switch_p50_ms:.1f}/{n.switch_p99_ms:.1f} ms)" if n.switches else "-",
-            n.address or "-",
-            n.reason or "-",
-        )
-        for n in nodes
-    ]
-    print(table(("NODE", "STATE", "PES", "USED", "JOBS", "SWITCHES (p50/p99)", "ADDRESS", "REASON"), rows))
-    return 0
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -334,7 +177,7 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     if args.nodes < 1:
         raise UsageError("--nodes must be at least 1")
     pes = args.pes_per_node or max(1, len(os.sched_getaffinity(0)) // args.nodes)
-    mpl = args.mpl if args.mpl is not None else (2 if args.policy == "gang" else 1)
+    mpl = args.mpl if args.mpl is not None else (1 if args.policy == "batch" else 2)
     if args.policy == "batch" and mpl != 1:
         raise UsageError("batch runs one job per PE: --mpl needs --policy gang")
     if mpl < 1 or args.slice_ms <= 0:
@@ -344,7 +187,10 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
         dir=directory, nodes=args.nodes, pes_per_node=pes, policy=args.policy, mm_settings=settings
     )
     cluster.up()
-    scheduling = f"gang, MPL {mpl}, {args.slice_ms:g} ms slices" if args.policy == "gang" else "batch"
+    scheduling = {
+        "batch": "batch",
+        "sb": f"spin-block, MPL {mpl}",
+    }.get(args.policy, f"{args.policy}, MPL {mpl}, {args.slice_ms:g} ms slices")
     print(f"storm local cluster up: {args.nodes} node(s) x {pes} PE(s), {scheduling}, state in {directory}")
     if directory != default_local_dir():
         print(f"  point the CLI at it with: export STORM_LOCAL_DIR={directory}")
@@ -364,13 +210,7 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
 # ---------------------------------------------------------------------------------------------- parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="storm", description="Run and watch MPI jobs on a storm cluster.")
-    parser.add_argument(
-        "--mm", help="storm-mm client endpoint (default: $STORM_MM, the local cluster, /etc/storm)"
-    )
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-
+def add_job_commands(sub: Any) -> None:
     s = sub.add_parser("submit", help="submit a job", description="Submit a job; prints its id.")
     s.add_argument("-n", "--ranks", type=int, required=True, help="number of MPI ranks (processes)")
     s.add_argument("--name", "-J", help="job name (default: the command's name)")
@@ -382,34 +222,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", "-W", action="store_true", help="wait for the job and exit with its exit code")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     s.set_defaults(func=cmd_submit)
-
-    q = sub.add_parser("queue", help="list pending and running jobs")
-    q.add_argument("--all", "-a", action="store_true", help="include finished jobs")
-    q.add_argument("--json", action="store_true")
-    q.set_defaults(func=cmd_queue)
-
-    sh = sub.add_parser("show", help="show jobs in detail")
-    sh.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
-    sh.add_argument("--json", action="store_true")
-    sh.set_defaults(func=cmd_show)
-
     c = sub.add_parser("cancel", help="cancel jobs")
     c.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
     c.set_defaults(func=cmd_cancel)
 
+
+def add_view_commands(sub: Any) -> None:
+    q = sub.add_parser("queue", help="list pending and running jobs")
+    q.add_argument("--all", "-a", action="store_true", help="include finished jobs")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=views.cmd_queue)
+    sh = sub.add_parser("show", help="show jobs in detail")
+    sh.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=views.cmd_show)
+    n = sub.add_parser("nodes", help="list node managers")
+    n.add_argument("--json", action="store_true")
+    n.set_defaults(func=views.cmd_nodes)
     m = sub.add_parser("matrix", help="the Ousterhout matrix: rows (time slots) x PEs")
     m.add_argument("--json", action="store_true")
-    m.set_defaults(func=cmd_matrix)
-
+    m.set_defaults(func=views.cmd_matrix)
     st = sub.add_parser("stats", help="a running job's MPI communication, per rank (mpihook)")
     st.add_argument("job_id", type=int, metavar="JOBID")
     st.add_argument("--json", action="store_true")
-    st.set_defaults(func=cmd_stats)
+    st.set_defaults(func=views.cmd_stats)
+    cl = sub.add_parser("classes", help="FCS: each process's class and measurements (or --history)")
+    cl.add_argument("job_ids", type=int, nargs="*", metavar="JOBID", help="default: every running job")
+    cl.add_argument("--history", action="store_true", help="the timeline of class changes (needs JOBIDs)")
+    cl.add_argument("--json", action="store_true")
+    cl.set_defaults(func=views.cmd_classes)
+    w = sub.add_parser("watch", help="live view of the matrix, the classes and the queue")
+    w.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    w.add_argument("--once", action="store_true", help="print one frame and exit")
+    w.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    w.set_defaults(func=views.cmd_watch)
 
-    n = sub.add_parser("nodes", help="list node managers")
-    n.add_argument("--json", action="store_true")
-    n.set_defaults(func=cmd_nodes)
 
+def add_cluster_commands(sub: Any) -> None:
     lo = sub.add_parser(
         "local", help="a whole cluster on this machine", description="Start or stop a local cluster."
     )
@@ -418,19 +267,27 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--pes-per-node", "-P", type=int, default=0, help="PEs per node (default: CPUs / nodes)")
     lo.add_argument("--dir", help=f"state directory (default {default_local_dir()})")
     lo.add_argument("--detach", "-d", action="store_true", help="return once all nodes registered")
-    lo.add_argument("--policy", choices=("batch", "gang"), default="batch", help="scheduling (default batch)")
-    lo.add_argument("--mpl", type=int, help="rows of the matrix: jobs sharing a PE (gang; default 2)")
-    lo.add_argument("--slice-ms", type=float, default=100.0, help="time slice in ms (gang; default 100)")
+    policies = ("batch", "gang", "sb", "fcs")
+    lo.add_argument("--policy", choices=policies, default="batch", help="scheduling (default batch)")
+    lo.add_argument("--mpl", type=int, help="rows of the matrix: jobs sharing a PE (default 2 but in batch)")
+    lo.add_argument("--slice-ms", type=float, default=100.0, help="time slice in ms (gang, fcs; default 100)")
     lo.set_defaults(func=cmd_local)
-
     b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")
-    b.add_argument(
-        "which",
-        choices=("launch", "gang", "hook"),
-        help="launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost",
-    )
+    kinds = "launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost"
+    b.add_argument("which", choices=("launch", "gang", "hook"), help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="storm", description="Run and watch MPI jobs on a storm cluster.")
+    parser.add_argument(
+        "--mm", help="storm-mm client endpoint (default: $STORM_MM, the local cluster, /etc/storm)"
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    add_job_commands(sub)
+    add_view_commands(sub)
+    add_cluster_commands(sub)
     return parser
 
 

@@ -1,0 +1,212 @@
+"""The read commands of the storm CLI: queue, show, nodes, matrix, stats, classes, watch.
+
+Each prints a table for people or, with ``--json``, the records themselves for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from storm.mm import protocol as p
+from storm.mm.jobs import format_duration
+from storm.tools.client import Client
+
+
+def format_clock(stamp: float | None) -> str:
+    return "-" if stamp is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp))
+
+
+def elapsed(job: p.JobInfo, now: float) -> float | None:
+    """Time the job has run: since it started, less the time gang scheduling kept it stopped."""
+    if job.start_time is None:
+        return None
+    return (job.end_time or now) - job.start_time - job.suspended_time
+
+
+def as_json(record: Any) -> Any:
+    return dataclasses.asdict(record)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in headers], *([str(c) for c in row] for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    with Client(args.mm) as client:
+        jobs = client.jobs(everything=args.all)
+    if args.json:
+        print(json.dumps([as_json(j) for j in jobs], indent=1))
+        return 0
+    now = time.time()
+    rows = [
+        (
+            j.id, j.name[:20], j.user, j.state, j.ranks, format_duration(elapsed(j, now)),
+            format_duration(j.time_limit), ",".join(j.nodes) or "-",
+            "-" if j.exit_code is None else j.exit_code, j.reason or "-",
+        )
+        for j in jobs
+    ]  # fmt: skip
+    headers = ("JOBID", "NAME", "USER", "STATE", "RANKS", "TIME", "LIMIT", "NODES", "EXIT", "REASON")
+    print(table(headers, rows))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with Client(args.mm) as client:
+        jobs = client.jobs(tuple(args.job_ids))
+    missing = sorted(set(args.job_ids) - {j.id for j in jobs})
+    for job_id in missing:
+        print(f"storm: no job {job_id}", file=sys.stderr)
+    if args.json:
+        print(
+            json.dumps(
+                [as_json(j) for j in jobs] if len(args.job_ids) > 1 else as_json(jobs[0]) if jobs else None,
+                indent=1,
+            )
+        )
+    else:
+        now = time.time()
+        for job in jobs:
+            fields = [
+                ("JobId", job.id), ("Name", job.name), ("User", f"{job.user} ({job.uid})"),
+                ("State", job.state), ("Reason", job.reason or "-"),
+                ("ExitCode", "-" if job.exit_code is None else job.exit_code),
+                ("Ranks", job.ranks), ("Nodes", ",".join(job.nodes) or "-"),
+                ("TimeLimit", format_duration(job.time_limit)),
+                ("RunTime", format_duration(elapsed(job, now))),
+                ("Suspended", format_duration(job.suspended_time)),
+                ("Row", "-" if job.row is None else job.row),
+                ("SubmitTime", format_clock(job.submit_time)), ("StartTime", format_clock(job.start_time)),
+                ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
+                ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
+            ]  # fmt: skip
+            print("\n".join(f"{k:>11}: {v}" for k, v in fields))
+            print()
+    return 1 if missing else 0
+
+
+def render_matrix(view: p.MatrixView) -> str:
+    """Rows of the matrix, the active one marked with '*'; '.' for a free PE."""
+    if view.policy == "gang":
+        active = "-" if view.active_row is None else str(view.active_row)
+        title = f"gang scheduling, MPL {view.mpl}, {view.slice * 1000:g} ms slices, active row {active}"
+    else:
+        title = "batch scheduling (one row: every job runs all the time)"
+    rows = [
+        (f"{index}{' *' if index == view.active_row else ''}", *(str(job) if job else "." for job in line))
+        for index, line in enumerate(view.cells)
+    ]
+    return title + "\n" + table(("ROW", *view.columns), rows)
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    with Client(args.mm) as client:
+        view = client.call(p.GetMatrix(), p.MatrixView)
+    if args.json:
+        print(json.dumps(as_json(view), indent=1))
+    else:
+        print(render_matrix(view))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with Client(args.mm) as client:
+        view = client.call(p.GetStats(job_id=args.job_id), p.StatsView)
+    if args.json:
+        print(json.dumps(as_json(view), indent=1))
+        return 0
+    if not view.ranks:
+        live = view.state in ("PENDING", "STARTING", "RUNNING")
+        print(
+            f"job {view.job_id} ({view.state}): "
+            + ("no statistics yet" if live else "statistics are kept while a job runs")
+        )
+        return 0
+    print(f"job {view.job_id} ({view.state}), reported {view.age:.1f} s ago; times per communication event:")
+
+    def per_event(seconds: float, events: int) -> str:
+        return f"{seconds / events * 1000:.3f}" if events else "-"
+
+    rows = [
+        (
+            r.rank, r.node, r.pid, r.state, f"{r.t_cpu:.3f}", f"{r.t_comm:.3f}", r.c_comm,
+            per_event(r.t_cpu, r.c_comm), per_event(r.t_comm, r.c_comm),
+            "-" if r.granularity is None else f"{r.granularity * 1000:.3f}", r.wait_mode,
+        )
+        for r in view.ranks
+    ]  # fmt: skip
+    headers = ("RANK", "NODE", "PID", "STATE", "T_CPU(s)", "T_COMM(s)", "C_COMM", "CPU/EV(ms)", "WAIT/EV(ms)",
+               "G(ms)", "WAIT")  # fmt: skip
+    print(table(headers, rows))
+    return 0
+
+
+def cmd_classes(args: argparse.Namespace) -> int:
+    with Client(args.mm) as client:
+        view = client.call(p.GetClasses(job_ids=tuple(args.job_ids), history=args.history), p.ClassesView)
+    if args.json:
+        print(json.dumps(as_json(view)["changes" if args.history else "processes"], indent=1))
+        return 0
+    if args.history:
+        changes = [
+            (format_clock(c.time), c.job_id, c.rank, c.node, f"{c.old} -> {c.new}") for c in view.changes
+        ]
+        print(
+            table(("TIME", "JOB", "RANK", "NODE", "CHANGE"), changes)
+            if changes
+            else "no class changes recorded"
+        )
+        return 0
+    rows = [
+        (
+            r.job_id, r.rank, r.node, r.pe, r.klass or "-", f"{r.t_cpu:.3f}", f"{r.t_comm:.3f}", r.c_comm,
+            "-" if r.granularity is None else f"{r.granularity * 1000:.3f}", r.cslots, r.tslots, r.wait_mode,
+        )
+        for r in view.processes
+    ]  # fmt: skip
+    headers = (
+        "JOB", "RANK", "NODE", "PE", "CLASS", "T_CPU(s)", "T_COMM(s)", "C_COMM", "G(ms)",
+        "CSLOTS", "TSLOTS", "WAIT",
+    )  # fmt: skip
+    print(table(headers, rows) if rows else "no running job has reported yet")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from storm.tools.watch import watch
+
+    try:
+        return watch(args.mm, args.interval, args.once, {"always": True, "never": False}.get(args.color))
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    with Client(args.mm) as client:
+        nodes = client.nodes()
+    if args.json:
+        print(json.dumps([as_json(n) for n in nodes], indent=1))
+        return 0
+    rows = [
+        (
+            n.name,
+            n.state,
+            n.pes,
+            n.pes_used,
+            ",".join(map(str, n.jobs)) or "-",
+            f"{n.switches} ({n.switch_p50_ms:.1f}/{n.switch_p99_ms:.1f} ms)" if n.switches else "-",
+            n.address or "-",
+            n.reason or "-",
+        )
+        for n in nodes
+    ]
+    print(table(("NODE", "STATE", "PES", "USED", "JOBS", "SWITCHES (p50/p99)", "ADDRESS", "REASON"), rows))
+    return 0
