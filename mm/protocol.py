@@ -220,7 +220,7 @@ class RankStats:
 
 @dataclass(frozen=True, kw_only=True)
 class ClassChange:
-    """One process changed class (FCS), at ``time`` on its node's clock."""
+    """One process changed class (FCS), at ``time`` on its node's clock, after ``tslots`` assigned slots."""
 
     job_id: int
     rank: int
@@ -228,6 +228,7 @@ class ClassChange:
     time: float
     old: str
     new: str
+    tslots: int = 0
 
     def __post_init__(self) -> None:
         _check(self.old in CLASSES and self.new in CLASSES, "classes are CS, F or DC")

@@ -29,6 +29,7 @@ class GangCycle:
     slots: dict[int, int] = field(default_factory=dict)
     resets: tuple[int, ...] = ()
     _upto: dict[int, float] = field(default_factory=dict)
+    _present: set[int] = field(default_factory=set)  # jobs in the matrix when the current slot began
 
     def add(self, job_id: int, now: float, suspended: float = 0.0) -> None:
         """A job joins the matrix (started, or recovered after a restart with what it had accrued)."""
@@ -58,9 +59,13 @@ class GangCycle:
     def advance(self, now: float, occupied: Sequence[int], rows: Mapping[int, int]) -> int | None:
         """End the current slice: account for it, pick the next occupied row (None: the matrix is empty)."""
         self.account(now, rows)
+        # The jobs of the row the last heartbeat named (row 0 while the matrix was empty: a job placed then
+        # runs at once) have just had a slot, if they were there for all of it, which is how their nodes
+        # count too; FCS resets those that reached a multiple of tslots_max, in the next heartbeat.
+        announced = 0 if self.active is None else self.active
+        ended = [job_id for job_id, row in rows.items() if job_id in self._present and row == announced]
+        self._present = set(rows)
         self.seq += 1
-        # The active row's jobs have just had a slot; FCS resets those that reached a multiple of tslots_max.
-        ended = [job_id for job_id, row in rows.items() if self.active is not None and row == self.active]
         for job_id in ended:
             self.slots[job_id] = self.slots.get(job_id, 0) + 1
         limit = self.tslots_max

@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS class_changes (
     node TEXT NOT NULL,
     time REAL NOT NULL,
     old TEXT NOT NULL,
-    new TEXT NOT NULL
+    new TEXT NOT NULL,
+    tslots INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS class_changes_job ON class_changes (job_id, time);
 CREATE TABLE IF NOT EXISTS nodes (
@@ -267,19 +268,22 @@ class Store:
     def add_class_changes(self, changes: Iterable[ClassChange]) -> None:
         with self.transaction():
             self._db.executemany(
-                "INSERT INTO class_changes (job_id, rank, node, time, old, new) VALUES (?, ?, ?, ?, ?, ?)",
-                [(c.job_id, c.rank, c.node, c.time, c.old, c.new) for c in changes],
+                "INSERT INTO class_changes (job_id, rank, node, time, old, new, tslots)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(c.job_id, c.rank, c.node, c.time, c.old, c.new, c.tslots) for c in changes],
             )
 
     def class_changes(self, job_ids: Iterable[int]) -> list[ClassChange]:
         result: list[ClassChange] = []
         for job_id in job_ids:
             rows = self._db.execute(
-                "SELECT job_id, rank, node, time, old, new FROM class_changes WHERE job_id = ? ORDER BY time",
+                "SELECT job_id, rank, node, time, old, new, tslots FROM class_changes"
+                " WHERE job_id = ? ORDER BY time",
                 (job_id,),
             ).fetchall()
             result.extend(
-                ClassChange(job_id=j, rank=r, node=n, time=t, old=o, new=w) for j, r, n, t, o, w in rows
+                ClassChange(job_id=j, rank=r, node=n, time=t, old=o, new=w, tslots=s)
+                for j, r, n, t, o, w, s in rows
             )
         return result
 

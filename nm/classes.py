@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
+from dataclasses import replace
 
 from storm.mm.protocol import ClassChange, FcsParameters
 from storm.nm.fcs import Constants, Measurement, ProcessClass, end_of_slot
@@ -40,16 +41,24 @@ class Classifier:
         self.constants = Constants()
         self.states: dict[Key, ProcessClass] = {}
         self.changes: list[ClassChange] = []
+        self._present: set[Key] = set()  # the processes known when the current slot began
 
     def state(self, key: Key) -> ProcessClass:
         return self.states.get(key, ProcessClass())
 
     def end_of_slot(self, row: int | None, resets: Collection[int] = ()) -> None:
         """The processes of ``row`` have just finished an assigned slot: evaluate each of them."""
+        present, self._present = self._present, set(self.switcher.units)
         if row is None:
             return
         for key, unit in list(self.switcher.units.items()):
-            if unit.row != row or not unit.pid:
+            if unit.row != row or key not in present:
+                continue  # not its slot, or it was not here when the slot began (the MM counts alike)
+            if not unit.pid:
+                # Not started yet (or gone): the slot counts, as the MM counts it, but there is nothing to
+                # judge, and its class-time starts when it runs.
+                old = self.state(key)
+                self.states[key] = replace(old, tslots=old.tslots + 1)
                 continue
             measured = self._measurement(unit.job_id, unit.index)
             old = self.state(key)
@@ -66,6 +75,7 @@ class Classifier:
                     time=time.time(),
                     old=old.klass.value,
                     new=new.klass.value,
+                    tslots=new.tslots,
                 )
                 self.changes.append(change)
                 log.debug("job %d rank %d: %s -> %s", unit.job_id, unit.rank, old.klass, new.klass)

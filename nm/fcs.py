@@ -144,8 +144,9 @@ def context_switch(processes: Iterable[Process], active_row: int | None) -> dict
         current = [p for p in procs if p.row == active_row]
         if any(p.klass is Klass.CS for p in current):
             # A CS process gets the PE to itself for its whole slot, polling: nothing else may disturb it.
+            # The others keep their class's wait mode while stopped, rather than flip it every slot.
             for proc in procs:
-                decisions[proc.key] = Decision(run=proc in current)
+                decisions[proc.key] = Decision(run=proc in current, spin_block=proc.klass is not Klass.CS)
             continue
         for proc in procs:
             flexible = proc.klass is not Klass.CS  # DC and F fill the PE; CS only ever runs in its own slot

@@ -72,16 +72,23 @@ class JobMonitor:
         self.stopped_ns = [0] * len(ranks)
         self.stopped_polling_ns = [0] * len(ranks)
         self._paused: dict[int, tuple[int, bool]] = {}  # index -> (monotonic ns at the stop, polling)
+        self.sampled_ns = 0  # when the records were last read
+
+    def sampled_since_stop(self, index: int) -> bool:
+        paused = self._paused.get(index)
+        return paused is None or self.sampled_ns > paused[0]
 
     def pause(self, index: int, now_ns: int) -> None:
-        """The rank was just stopped: if it was inside a blocking call, that stop is not waiting."""
-        counters = self.latest[index]
-        if counters is not None and counters.in_call:
-            self._paused[index] = (now_ns, self.modes[index] == WAIT_POLL)
+        """The rank was just stopped; if it proves to be inside a blocking call, that stop is not waiting."""
+        self._paused[index] = (now_ns, self.modes[index] == WAIT_POLL)
 
     def resume(self, index: int, now_ns: int) -> None:
+        """The rank is continued. Whether it sat in a blocking call all along is read from the record as
+        sampled while it was stopped: a stopped process enters and leaves no call, whereas the sample
+        before the stop may predate a call it entered just before the signal (a whole slot misjudged)."""
         paused = self._paused.pop(index, None)
-        if paused is not None:
+        counters = self.latest[index]
+        if paused is not None and counters is not None and counters.in_call:
             since, polling = paused
             self.stopped_ns[index] += now_ns - since
             if polling:
@@ -94,6 +101,7 @@ class JobMonitor:
         with the start-up of their program.
         """
         fresh = self.segment.read_all()
+        self.sampled_ns = time.monotonic_ns()
         began = [
             i for i, (new, old) in enumerate(zip(fresh, self.latest, strict=True))
             if new is not None and new.active and not (old is not None and old.active)
@@ -158,9 +166,12 @@ class Monitor:
 
     def sample(self) -> None:
         for job in self.jobs.values():
-            for index in job.sample():
-                pid = job.pids.get(index)
-                job.reset(index, self.os.cpu_ns(pid) if pid else None)
+            self._sample(job)
+
+    def _sample(self, job: JobMonitor) -> None:
+        for index in job.sample():
+            pid = job.pids.get(index)
+            job.reset(index, self.os.cpu_ns(pid) if pid else None)
 
     def set_wait(self, job_id: int, index: int, spin_block: bool) -> None:
         """Tell one rank (by record index) to busy-poll or to spin-block in its blocking calls."""
@@ -174,6 +185,8 @@ class Monitor:
         """Time slicing stopped or continued one rank of the job."""
         job = self.jobs.get(job_id)
         if job is not None:
+            if running and not job.sampled_since_stop(index):
+                self._sample(job)  # continued without a heartbeat's sample since it was stopped
             now = time.monotonic_ns()
             if running:
                 job.resume(index, now)

@@ -22,6 +22,7 @@ import zmq
 
 from storm.mm import protocol as p
 from storm.mm.store import Store
+from storm.mpihook.stats import HookSegment, segment_name
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 
@@ -121,13 +122,14 @@ def start_cluster(
     trace: bool = False,
     **settings: object,
 ) -> LocalCluster:
-    """A local cluster; ``mm_x=`` and ``nm_x=`` keywords set [mm] x and [nm] x."""
+    """A local cluster; ``mm_x=``, ``nm_x=`` and ``fcs_x=`` keywords set [mm] x, [nm] x and [fcs] x."""
     mm = {k[3:]: v for k, v in settings.items() if k.startswith("mm_")}
     nm = {k[3:]: v for k, v in settings.items() if k.startswith("nm_")}
+    fcs = {k[4:]: v for k, v in settings.items() if k.startswith("fcs_")}
     nm.setdefault("kill_grace", 1.0)
     cluster = LocalCluster(
         dir=directory, nodes=nodes, pes_per_node=pes_per_node, policy=policy, trace=trace, mm_settings=mm,
-        nm_settings=nm,
+        nm_settings=nm, fcs_settings=fcs,
     )  # fmt: skip
     cluster.up()
     return cluster
@@ -191,3 +193,12 @@ def hello_c(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mpicc = Path(sys.executable).parent / "mpicc"
     subprocess.run([str(mpicc), "-O1", "-o", str(binary), str(source)], check=True, timeout=120)
     return binary
+
+
+@pytest.fixture
+def segment() -> Iterator[HookSegment]:
+    """A real hook segment of two ranks for job 5, as the NM creates it (unit tests of the NM's readers)."""
+    seg = HookSegment.create(segment_name(5, 0), 5, 2, os.getuid(), os.getgid())
+    yield seg
+    seg.close()
+    seg.unlink()

@@ -10,6 +10,7 @@ import pytest
 
 from storm.mm import config as c
 from storm.mm.config import ClusterConfig, ConfigError, MMConfig, NMConfig, StormConfig, load
+from storm.mm.protocol import FcsParameters
 
 
 @pytest.fixture(autouse=True)
@@ -163,7 +164,11 @@ def test_coercion_errors_name_the_key(hint: object, value: object) -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ({"cluster": {"policy": "lottery"}}, "cluster.policy: 'lottery' is not one of batch, gang"),
+        ({"cluster": {"policy": "lottery"}}, "cluster.policy: 'lottery' is not one of batch, gang, sb, fcs"),
+        ({"fcs": {"cs_thresh": 2.0}}, "fcs: need 0 < f_thresh <= cs_thresh < dc_thresh"),
+        ({"fcs": {"f_thresh": 0.003}}, "fcs: need 0 < f_thresh <= cs_thresh < dc_thresh"),
+        ({"fcs": {"cslots_min": 0}}, "fcs: need 0 < f_thresh"),
+        ({"fcs": {"spin_us": -1}}, "fcs.spin_us must be between 0 and 1000000"),
         ({"mm": {"mpl": 0}}, "mm.mpl must be at least 1"),
         ({"mm": {"node_timeout": 0}}, "mm.node_timeout and mm.kill_timeout must be positive"),
         ({"mm": {"node_timeout": "-1"}}, "mm.node_timeout and mm.kill_timeout must be positive"),
@@ -174,6 +179,16 @@ def test_coercion_errors_name_the_key(hint: object, value: object) -> None:
 def test_validation(overrides: dict[str, dict[str, object]], expected: str) -> None:
     with pytest.raises(ConfigError, match="^" + expected.replace(".", r"\.")):
         load(None, overrides)
+
+
+def test_fcs_section_reaches_the_parameters_the_nodes_get(tmp_path: Path) -> None:
+    text = '[cluster]\npolicy = "fcs"\n[fcs]\nspin_us = 50\ncslots_min = 5\ncs_thresh = 0.004\n'
+    text += "tslots_max = 100\n"
+    params = load(write(tmp_path, text)).fcs_parameters()
+    assert (params.spin, params.cslots_min, params.cs_thresh, params.tslots_max) == (50e-6, 5, 0.004, 100)
+    assert params.f_thresh == pytest.approx(0.85 * 0.004)  # the paper's default, scaled with CS_thresh
+    assert params.dc_thresh == 1.0
+    assert load(None).fcs_parameters() == FcsParameters()  # the defaults are Table 2's
 
 
 @pytest.mark.parametrize("text", ["nan", "-nan"])

@@ -6,7 +6,7 @@ import pytest
 
 from storm.mm.config import MMConfig
 from storm.mm.core import Controller
-from storm.mm.protocol import JobRows, LaunchJob
+from storm.mm.protocol import ClassChange, FcsParameters, JobRows, JobStats, LaunchJob, RankStats
 from storm.mm.store import Store
 from tests.test_core import T0, S, done, launched, reg, spec, state, stored, take
 
@@ -98,3 +98,36 @@ def test_restart_keeps_suspended_time_and_rows(store: Store) -> None:
     again = Controller(store, MMConfig(node_timeout=100.0, mpl=2, slice=0.1), T0 + 2, "mm-2", policy="gang")
     assert again.matrix.placement_of(b).row == 0  # type: ignore[union-attr]
     assert again.heartbeat(T0 + 2).row == 0  # type: ignore[union-attr]
+
+
+def fcs(store: Store, tslots_max: int = 4) -> Controller:
+    config = MMConfig(node_timeout=100.0, mpl=2, slice=0.1)
+    params = FcsParameters(cslots_min=2, tslots_max=tslots_max)
+    ctl = Controller(store, config, T0, "mm-1", policy="fcs", fcs=params)
+    for i in range(2):
+        reg(ctl, f"n{i + 1}")
+    return ctl
+
+
+def test_fcs_heartbeats_announce_each_jobs_reset_and_nodes_get_the_constants(store: Store) -> None:
+    ctl = fcs(store, tslots_max=2)
+    a, b = start(ctl), start(ctl)
+    assert reg(ctl, "n1", jobs=(a, b)).fcs == FcsParameters(cslots_min=2, tslots_max=2)
+    beats = [ctl.heartbeat(T0 + i * 0.1) for i in range(9)]
+    # Rows alternate (a, b, a, ...); each job's 2nd, 4th... slot ends at the beat that starts its 3rd, 5th...
+    assert [h.resets for h in beats if h] == [(), (), (), (a,), (b,), (), (), (a,), (b,)]
+
+
+def test_class_changes_are_stored_and_the_latest_measurements_served(store: Store) -> None:
+    ctl = fcs(store)
+    a = start(ctl)
+    rank = RankStats(
+        rank=0, node="n1", pid=5, state="active", t_cpu=1.0, t_comm=1.0, c_comm=500, granularity=0.004,
+        calls=1000, wait_mode="spin-block", job_id=a, pe=0, klass="F", cslots=0, tslots=20,
+    )  # fmt: skip
+    change = ClassChange(job_id=a, rank=0, node="n1", time=T0 + 2, old="CS", new="F", tslots=20)
+    ctl.job_stats(JobStats(job_id=a, node="n1", ranks=(rank,), changes=(change,)), T0 + 2)
+    ctl.job_stats(JobStats(job_id=a + 99, node="n1", ranks=(rank,), changes=(change,)), T0 + 2)  # unknown job
+    assert ctl.classes(()) == [rank] and ctl.classes((a,)) == [rank]
+    assert store.class_changes([a]) == [change]
+    assert store.class_changes([a + 99]) == []  # nothing is recorded for a job the MM does not run there

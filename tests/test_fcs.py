@@ -93,7 +93,9 @@ def procs(*specs: tuple[int, int, Klass]) -> list[Process]:
 
 def test_a_cs_process_runs_alone_in_its_slot_and_polls() -> None:
     decisions = context_switch(procs((1, 0, Klass.CS), (2, 1, Klass.DC), (3, 2, Klass.F)), active_row=0)
-    assert decisions == {(1, 0): Decision(run=True), (2, 0): Decision(run=False), (3, 0): Decision(run=False)}
+    # The stopped ones keep their spin-block wait mode, so that it does not flip at every slot.
+    stopped = Decision(run=False, spin_block=True)
+    assert decisions == {(1, 0): Decision(run=True), (2, 0): stopped, (3, 0): stopped}
 
 
 def test_outside_cs_slots_dc_and_f_share_the_pe_and_the_f_of_the_slot_has_priority() -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 
-from storm.mpihook.stats import HEADER, RECORD_SIZE, STATS, WAIT_SPINBLOCK, HookSegment, segment_name
+from storm.mpihook.stats import HEADER, RECORD_SIZE, STATS, WAIT_SPINBLOCK, HookSegment
 from storm.nm.monitor import Monitor
 
 MS = 1_000_000  # nanoseconds
@@ -21,14 +20,6 @@ class FakeCpu:
 
     def cpu_ns(self, pid: int) -> int | None:
         return self.cpu.get(pid)
-
-
-@pytest.fixture
-def segment() -> Iterator[HookSegment]:
-    seg = HookSegment.create(segment_name(5, 0), 5, 2, os.getuid(), os.getgid())
-    yield seg
-    seg.close()
-    seg.unlink()
 
 
 def hook_writes(
@@ -108,3 +99,21 @@ def test_removing_a_job_removes_its_segment(segment: HookSegment) -> None:
     monitor.remove(5)
     assert not os.path.exists(f"/dev/shm{segment.name}")
     assert monitor.stats(5) == []
+
+
+@pytest.mark.parametrize("in_call_at_stop", [True, False])
+def test_whether_a_stop_fell_inside_a_call_is_read_while_the_rank_is_stopped(
+    segment: HookSegment, in_call_at_stop: bool
+) -> None:
+    """The sample before a stop may predate a call entered (or left) just before the signal."""
+    monitor, cpu = monitor_of(segment)
+    cpu.cpu[100] = 0
+    hook_writes(segment, 0, events=0, comm=0)
+    monitor.sample()
+    hook_writes(segment, 0, events=10, comm=10 * MS, in_call=not in_call_at_stop)  # the slot's last sample
+    monitor.sample()
+    monitor.switched(5, 0, running=False)
+    hook_writes(segment, 0, events=10, comm=10 * MS, in_call=in_call_at_stop)  # what it really did
+    # No heartbeat sampled the records during the stop: the resume reads them itself.
+    monitor.switched(5, 0, running=True)
+    assert (monitor.jobs[5].stopped_ns[0] > 0) is in_call_at_stop

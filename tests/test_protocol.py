@@ -39,7 +39,7 @@ RANK_STATS = p.RankStats(
     cslots=4,
     tslots=9,
 )
-CHANGE = p.ClassChange(job_id=3, rank=1, node="n1", time=1700000000.5, old="CS", new="F")
+CHANGE = p.ClassChange(job_id=3, rank=1, node="n1", time=1700000000.5, old="CS", new="F", tslots=20)
 EXITS = (RankExit(rank=0, exit_code=0), RankExit(rank=1, signal=9), RankExit(rank=2, error="no such file"))
 SLOTS = (RankSlot(rank=2, pe=0), RankSlot(rank=3, pe=5))
 

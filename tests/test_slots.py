@@ -61,3 +61,39 @@ def test_accounting_before_a_move_charges_the_old_row() -> None:
     cycle.account(0.05, {1: 0, 2: 1})  # job 1 ended at 0.05; job 2 is about to move to row 0
     cycle.forget(1)
     assert cycle.suspended_time(2, 0, 0.1) == pytest.approx(0.05)  # in the running row from 0.05 on
+
+
+def test_fcs_resets_each_job_every_tslots_max_of_its_own_slots() -> None:
+    cycle = GangCycle(slice=0.1, tslots_max=3)
+    rows = {1: 0, 2: 1}
+    resets = []
+    for t in range(13):  # rows 0, 1, 0, 1, ...: each job gets a slot every other beat
+        cycle.advance(t / 10, [0, 1], rows)
+        resets.append(cycle.resets)
+    # A slot ends at the beat after its row became active: job 1's 3rd and 6th end at beats 5 and 11.
+    assert [(beat, r) for beat, r in enumerate(resets) if r] == [(5, (1,)), (6, (2,)), (11, (1,)), (12, (2,))]
+    assert cycle.slots == {1: 6, 2: 6}
+
+
+def test_gang_never_resets_and_a_forgotten_job_starts_counting_again() -> None:
+    gang = GangCycle(slice=0.1)
+    for t in range(40):
+        gang.advance(t / 10, [0], {1: 0})
+        assert gang.resets == ()
+    fcs = GangCycle(slice=0.1, tslots_max=2)
+    fcs.advance(0.0, [0], {1: 0})
+    fcs.advance(0.1, [0], {1: 0})  # job 1's first slot ended
+    fcs.forget(1)
+    fcs.advance(0.2, [0], {1: 0})  # counted from scratch: one slot, no reset yet
+    assert fcs.resets == () and fcs.slots == {1: 1}
+
+
+def test_a_job_counts_whole_slots_only_even_one_started_in_an_empty_matrix() -> None:
+    cycle = GangCycle(slice=0.1, tslots_max=2)
+    assert cycle.advance(0.0, [], {}) is None  # the heartbeat names row 0, where a new job runs at once
+    cycle.advance(0.1, [0], {1: 0})  # job 1 was placed mid-slot: not a whole slot of its own
+    assert cycle.slots == {}
+    cycle.advance(0.2, [0], {1: 0})
+    assert cycle.slots == {1: 1}  # row 0 was named by the last heartbeat, and job 1 there all along
+    cycle.advance(0.3, [0], {1: 0})
+    assert cycle.resets == (1,)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from storm.mm.jobs import Job, JobSpec, JobState, advance
+from storm.mm.protocol import ClassChange
 from storm.mm.store import SCHEMA_VERSION, NodeRecord, Store, StoreError
 
 Opener = Callable[..., Store]
@@ -228,3 +229,17 @@ def test_meta(db: Path, open_store: Opener) -> None:
     store.set_meta("epoch", "b")
     assert store.get_meta("epoch") == "b"
     assert peek(db, "SELECT value FROM meta WHERE key = 'epoch'") == [("b",)]
+
+
+def test_class_changes_survive_a_restart_in_time_order_per_job(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    late = ClassChange(job_id=1, rank=0, node="n1", time=20.0, old="F", new="DC", tslots=45)
+    early = ClassChange(job_id=1, rank=1, node="n2", time=10.0, old="CS", new="F", tslots=20)
+    other = ClassChange(job_id=2, rank=0, node="n1", time=15.0, old="CS", new="DC", tslots=21)
+    store.add_class_changes([late, other])
+    store.add_class_changes([early])
+    store.close()
+    again = open_store(db)
+    assert again.class_changes([1]) == [early, late]
+    assert again.class_changes([2, 1]) == [other, early, late]
+    assert again.class_changes([3]) == []

@@ -74,6 +74,7 @@ class LocalCluster:
     trace: bool = False
     mm_settings: dict[str, object] = field(default_factory=dict)
     nm_settings: dict[str, object] = field(default_factory=dict)
+    fcs_settings: dict[str, object] = field(default_factory=dict)
     mm: Daemon | None = None
     nms: list[Daemon] = field(default_factory=list)
     endpoint: str = ""
@@ -108,9 +109,12 @@ class LocalCluster:
                 **self.mm_settings,
             },
             "nm": {"kill_grace": 2.0, **self.nm_settings},
+            "fcs": self.fcs_settings,
         }
         lines = [f'[cluster]\nname = "local"\npolicy = "{self.policy}"\n']
         for section, values in settings.items():
+            if not values:
+                continue
             lines.append(f"\n[{section}]\n")
             lines.extend(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
         self.config_path.write_text("".join(lines))

@@ -18,8 +18,12 @@ from storm.mm.jobs import format_duration
 from storm.tools.client import Client
 
 
-def format_clock(stamp: float | None) -> str:
-    return "-" if stamp is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp))
+def format_clock(stamp: float | None, *, precise: bool = False) -> str:
+    """Local time to the second, or with ``precise`` to the millisecond; '-' for none."""
+    if stamp is None:
+        return "-"
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp))
+    return f"{text}.{int(stamp % 1 * 1000):03d}" if precise else text
 
 
 def elapsed(job: p.JobInfo, now: float) -> float | None:
@@ -95,9 +99,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def render_matrix(view: p.MatrixView) -> str:
     """Rows of the matrix, the active one marked with '*'; '.' for a free PE."""
-    if view.policy == "gang":
+    if view.policy in ("gang", "fcs"):
         active = "-" if view.active_row is None else str(view.active_row)
-        title = f"gang scheduling, MPL {view.mpl}, {view.slice * 1000:g} ms slices, active row {active}"
+        name = "gang scheduling" if view.policy == "gang" else "flexible coscheduling (FCS)"
+        title = f"{name}, MPL {view.mpl}, {view.slice * 1000:g} ms slices, active row {active}"
+    elif view.policy == "sb":
+        title = f"spin-block scheduling, MPL {view.mpl} (every job runs all the time; waits spin, then block)"
     else:
         title = "batch scheduling (one row: every job runs all the time)"
     rows = [
@@ -157,10 +164,11 @@ def cmd_classes(args: argparse.Namespace) -> int:
         return 0
     if args.history:
         changes = [
-            (format_clock(c.time), c.job_id, c.rank, c.node, f"{c.old} -> {c.new}") for c in view.changes
+            (format_clock(c.time, precise=True), c.job_id, c.rank, c.node, c.tslots, f"{c.old} -> {c.new}")
+            for c in view.changes
         ]
         print(
-            table(("TIME", "JOB", "RANK", "NODE", "CHANGE"), changes)
+            table(("TIME", "JOB", "RANK", "NODE", "SLOT", "CHANGE"), changes)
             if changes
             else "no class changes recorded"
         )
