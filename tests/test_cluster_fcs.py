@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
 from collections.abc import Callable
 from pathlib import Path
 
+import pyte
 import pytest
 
 from storm.mm import protocol as p
@@ -42,6 +50,95 @@ def final_classes(changes: list[p.ClassChange], ranks: int) -> dict[int, str]:
     return final
 
 
+class Terminal:
+    """A program on a real pseudo-terminal, its output rendered by a terminal emulator (pyte), as a user
+    at a terminal of this size would see it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], columns: int = 100, lines: int = 30) -> None:
+        self.screen = pyte.Screen(columns, lines)
+        self.stream = pyte.ByteStream(self.screen)
+        self.raw = b""
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+        self.proc = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, close_fds=True
+        )
+        os.close(slave)
+
+    def pump(self) -> None:
+        while self.master >= 0 and select.select([self.master], [], [], 0.05)[0]:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # EIO: the program closed the terminal
+                return
+            if not data:
+                return
+            self.raw += data
+            self.stream.feed(data)
+
+    def text(self) -> str:
+        self.pump()
+        return "\n".join(self.screen.display)
+
+    def background(self, needle: str) -> str:
+        """The background colour of the first cell showing ``needle``."""
+        for y, line in enumerate(self.screen.display):
+            x = line.find(needle)
+            if x >= 0:
+                return str(self.screen.buffer[y][x].bg)
+        raise AssertionError(f"{needle!r} is not on the screen:\n{self.text()}")
+
+    def interrupt(self) -> int:
+        """Ctrl-C, as the terminal would send it to the foreground program; its exit code."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            code = self.proc.wait(timeout=10)
+        finally:
+            self.pump()
+            os.close(self.master)
+            self.master = -1
+        return code
+
+
+def check_views(cluster: LocalCluster, env: dict[str, str], fine: int, coarse: int, imbalanced: int) -> None:
+    """storm classes (table and JSON) and storm watch (once, and live on a terminal) while the jobs run."""
+    jobs = (fine, coarse, imbalanced)
+    listing = storm_cli(cluster, "classes", "--json")
+    assert listing.returncode == 0, listing.stderr
+    rows = json.loads(listing.stdout)
+    assert {(r["job_id"], r["rank"]) for r in rows} == {(j, r) for j in jobs for r in (0, 1)}
+    assert {r["node"] for r in rows} == {"node0", "node1"}
+    imb = {r["rank"]: r for r in rows if r["job_id"] == imbalanced}
+    assert imb[0]["wait_mode"] == "spin-block" and imb[0]["tslots"] >= CSLOTS_MIN
+    text = storm_cli(cluster, "classes", str(imbalanced)).stdout
+    assert text.splitlines()[0].split()[:6] == ["JOB", "RANK", "NODE", "PE", "CLASS", "T_CPU(s)"]
+    assert [line.split()[4] for line in text.splitlines()[1:]] == ["F", "DC"]
+    frame = storm_cli(cluster, "watch", "--once", "--color", "never").stdout
+    assert "policy fcs, MPL 3" in frame and f"{imbalanced} F" in frame and f"{imbalanced} DC" in frame
+    # storm watch live, on a terminal: cells coloured by class, and the screen given back on Ctrl-C.
+    term = Terminal(
+        [sys.executable, "-m", "storm.tools.cli", "watch", "--interval", "0.2"],
+        {**env, "STORM_MM": cluster.endpoint, "TERM": "xterm"},
+    )
+    try:
+        poll(
+            lambda: f"{imbalanced} F" in term.text() and "Ctrl-C" in term.text(),
+            20,
+            "storm watch to draw",
+        )
+        assert term.background(f"{imbalanced} F") == "brown"  # yellow
+        assert term.background(f"{imbalanced} DC") == "blue"
+        assert term.background(f"{coarse} DC") == "blue"
+        screen = term.text()
+        assert "policy fcs, MPL 3, 100 ms slices, active row" in screen
+        assert all(f"{j} " in screen and "RUNNING" in screen for j in jobs)
+    finally:
+        code = term.interrupt()
+    assert code == 0
+    # It drew in the alternate screen and gave the user's screen back (pyte renders no alternate screen).
+    assert term.raw.startswith(b"\033[?1049h") and term.raw.endswith(b"\033[?1049l"), term.raw[-40:]
+
+
 def test_fcs_classifies_fine_coarse_and_imbalanced_jobs_as_the_paper_does(
     make_cluster: Callable[..., LocalCluster], tmp_path: Path
 ) -> None:
@@ -71,18 +168,7 @@ def test_fcs_classifies_fine_coarse_and_imbalanced_jobs_as_the_paper_does(
             poll(settled, 30, "the imbalanced job's F and DC")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last seen {seen}; changes {timeline(client, imbalanced)}") from None
-        listing = storm_cli(cluster, "classes", "--json")
-        assert listing.returncode == 0, listing.stderr
-        rows = json.loads(listing.stdout)
-        assert {(r["job_id"], r["rank"]) for r in rows} == {(j, r) for j in jobs for r in (0, 1)}
-        assert {r["node"] for r in rows} == {"node0", "node1"}
-        imb = {r["rank"]: r for r in rows if r["job_id"] == imbalanced}
-        assert imb[0]["wait_mode"] == "spin-block" and imb[0]["tslots"] >= CSLOTS_MIN
-        text = storm_cli(cluster, "classes", str(imbalanced)).stdout
-        assert text.splitlines()[0].split()[:6] == ["JOB", "RANK", "NODE", "PE", "CLASS", "T_CPU(s)"]
-        assert [line.split()[4] for line in text.splitlines()[1:]] == ["F", "DC"]
-        frame = storm_cli(cluster, "watch", "--once", "--color", "never").stdout
-        assert "policy fcs, MPL 3" in frame and f"{imbalanced} F" in frame and f"{imbalanced} DC" in frame
+        check_views(cluster, env, fine, coarse, imbalanced)
 
         ended = [client.wait(j, timeout=JOB_TIMEOUT) for j in jobs]
         assert [j.state for j in ended] == ["COMPLETED"] * 3, [j.reason for j in ended]

@@ -16,6 +16,8 @@ from storm.tools.client import Client
 COLOURS = {"CS": "\033[42;30m", "F": "\033[43;30m", "DC": "\033[44;37m"}
 RESET = "\033[0m"
 CLEAR = "\033[H\033[2J"
+ALT_SCREEN_ON = "\033[?1049h\033[?25l"  # the alternate screen, cursor hidden
+ALT_SCREEN_OFF = "\033[?25h\033[?1049l"
 
 
 def frame(view: p.MatrixView, processes: tuple[p.RankStats, ...], jobs: list[p.JobInfo], colour: bool) -> str:
@@ -54,15 +56,29 @@ def frame(view: p.MatrixView, processes: tuple[p.RankStats, ...], jobs: list[p.J
 
 
 def watch(endpoint: str | None, interval: float, once: bool, colour: bool | None = None) -> int:
-    use_colour = sys.stdout.isatty() if colour is None else colour
+    """Print one frame (``once``) or redraw until interrupted; on a terminal, in its alternate screen so
+    that quitting gives the operator's screen back as it was (like top and watch)."""
+    terminal = sys.stdout.isatty()
+    use_colour = terminal if colour is None else colour
     with Client(endpoint, timeout=10) as client:
-        while True:
-            view = client.call(p.GetMatrix(), p.MatrixView)
-            processes = client.call(p.GetClasses(), p.ClassesView).processes
-            text = frame(view, processes, client.jobs(), use_colour)
-            if once:
-                print(text)
-                return 0
-            sys.stdout.write(CLEAR + text + "\n  (Ctrl-C to quit)\n")
-            sys.stdout.flush()
-            time.sleep(interval)  # the refresh period of a live view
+        if once:
+            print(frame(*fetch(client), use_colour))
+            return 0
+        if terminal:
+            sys.stdout.write(ALT_SCREEN_ON)
+        try:
+            while True:
+                text = frame(*fetch(client), use_colour)
+                sys.stdout.write(CLEAR + text + "\n  (Ctrl-C to quit)\n")
+                sys.stdout.flush()
+                time.sleep(interval)  # the refresh period of a live view
+        finally:
+            if terminal:
+                sys.stdout.write(ALT_SCREEN_OFF)
+                sys.stdout.flush()
+
+
+def fetch(client: Client) -> tuple[p.MatrixView, tuple[p.RankStats, ...], list[p.JobInfo]]:
+    view = client.call(p.GetMatrix(), p.MatrixView)
+    processes = client.call(p.GetClasses(), p.ClassesView).processes
+    return view, processes, client.jobs()
