@@ -273,8 +273,11 @@ def add_cluster_commands(sub: Any) -> None:
     lo.add_argument("--slice-ms", type=float, default=100.0, help="time slice in ms (gang, fcs; default 100)")
     lo.set_defaults(func=cmd_local)
     b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")
-    kinds = "launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost"
-    b.add_argument("which", choices=("launch", "gang", "hook"), help=kinds)
+    kinds = (
+        "launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost; "
+        "scenarios: the FCS paper's workloads under every policy"
+    )
+    b.add_argument("which", choices=("launch", "gang", "hook", "scenarios"), help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)
 

@@ -1,0 +1,263 @@
+"""Benchmark: the FCS paper's synthetic scenarios (section 3) under batch, gang, sb and fcs, on this host.
+
+``storm bench scenarios [options]`` (``python -m storm.tools.bench_scenarios``). For each repeat, each policy
+gets a fresh local cluster (``--nodes`` x ``--pes-per-node``, MPL 3, 100 ms slices; batch MPL 1) and runs
+every scenario on it in turn: all of a scenario's jobs are submitted together, and each job's completion
+time is its end minus the first submission (the MM's own time stamps). Repeats interleave the policies, so
+that a slow spell of the host does not land on one policy only. Before anything else, the building block
+runs alone under batch (median of the repeats): the unit that normalises our times and the paper's (60 s).
+
+Each scenario gets a table: per policy, each job's completion, the turnaround (the last completion) and
+the mean response, best and median of the repeats, the best turnaround over gang's, and the paper's figures
+in building-block units beside ours. ``--json`` keeps every raw figure, ``--markdown`` writes the tables.
+Scenarios are defined in tools/scenarios.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from storm.tools.client import Client
+from storm.tools.local_cluster import LocalCluster
+from storm.tools.scenarios import (
+    POLICIES,
+    SCENARIOS,
+    RunResult,
+    Scenario,
+    argv,
+    best_and_median,
+    build,
+    paper_normalised,
+    run_result,
+)
+
+Json = dict[str, Any]
+JOB_TIMEOUT_FACTOR = 20.0  # a job is given this many building blocks of time before the run is abandoned
+
+
+@contextlib.contextmanager
+def running_cluster(
+    directory: Path, nodes: int, policy: str, *, pes_per_node: int, mm: dict[str, object] | None = None
+) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(
+        dir=directory, nodes=nodes, pes_per_node=pes_per_node, policy=policy, mm_settings=mm or {},
+        nm_settings={"kill_grace": 1.0},
+    )  # fmt: skip
+    try:
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def run_scenario(client: Client, scenario: Scenario, work: Path, unit: float) -> RunResult:
+    """Submit every job of the scenario at once and wait for all of them; each must complete correctly."""
+    ranks = client_ranks(client)
+    ids = [
+        client.submit(argv(plan), ranks, cwd=str(work), name=plan.name, output=str(work / "%j.out"))
+        for plan in scenario.jobs
+    ]
+    infos = [client.wait(job_id, timeout=JOB_TIMEOUT_FACTOR * unit * len(ids) + 60) for job_id in ids]
+    for info in infos:
+        out = work / f"{info.id}.out"
+        text = out.read_text() if out.exists() else ""
+        if info.state != "COMPLETED" or info.end_time is None or "bsp: OK" not in text:
+            raise RuntimeError(f"{scenario.name}: job {info.id} {info.state} {info.reason}: {text[-300:]}")
+    return run_result([i.submit_time for i in infos], [i.end_time or 0.0 for i in infos])
+
+
+def client_ranks(client: Client) -> int:
+    """Every job spans the whole cluster, one rank per PE (as in the paper, half the cluster for each)."""
+    return sum(n.pes for n in client.nodes() if n.state == "UP")
+
+
+def measure_unit(work: Path, nodes: int, pes: int, length: float, repeats: int) -> list[float]:
+    """The building block alone under batch, start to end, in seconds."""
+    scenario = build("alone", length, nodes, pes)
+    times = []
+    with running_cluster(work / "unit", nodes, "batch", pes_per_node=pes) as cluster, cluster.client() as c:
+        for _ in range(repeats):
+            times.append(run_scenario(c, scenario, work, length).turnaround)
+    return times
+
+
+def run(
+    scenarios: Sequence[str],
+    policies: Sequence[str],
+    *,
+    repeats: int,
+    length: float,
+    nodes: int,
+    pes: int,
+    slice_ms: float,
+) -> Json:
+    started = time.time()
+    load = os.getloadavg()[0]
+    runs: dict[str, dict[str, list[RunResult]]] = {s: {p: [] for p in policies} for s in scenarios}
+    plans = [build(name, length, nodes, pes) for name in scenarios]
+    with tempfile.TemporaryDirectory(prefix="storm-scenarios-") as tmp:
+        work = Path(tmp)
+        unit_times = measure_unit(work, nodes, pes, length, repeats)
+        unit = statistics.median(unit_times)
+        for rep in range(repeats):
+            for policy in policies if rep % 2 == 0 else list(reversed(policies)):
+                mm: dict[str, object] = {"mpl": 1 if policy == "batch" else 3, "slice": slice_ms / 1000}
+                directory = work / f"{policy}-{rep}"
+                with (
+                    running_cluster(directory, nodes, policy, pes_per_node=pes, mm=mm) as cluster,
+                    cluster.client() as client,
+                ):
+                    for scenario in plans:
+                        result = run_scenario(client, scenario, directory, unit)
+                        runs[scenario.name][policy].append(result)
+                        print(
+                            f"  run {rep + 1}/{repeats} {policy:5} {scenario.name:13} turnaround "
+                            f"{result.turnaround:7.2f} s, mean response {result.mean_response:7.2f} s",
+                            flush=True,
+                        )
+    return {
+        "parameters": {
+            "scenarios": list(scenarios), "policies": list(policies), "repeats": repeats, "length": length,
+            "nodes": nodes, "pes_per_node": pes, "slice_ms": slice_ms, "mpl": 3,
+        },
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "load_average_before": load},
+        "started": started,
+        "seconds": time.time() - started,
+        "unit_seconds": unit_times,
+        "unit": unit,
+        "jobs": {s: [asdict(j) for j in build(s, length, nodes, pes).jobs] for s in scenarios},
+        "runs": {s: {p: [asdict(r) for r in rs] for p, rs in by.items()} for s, by in runs.items()},
+        "summary": summarise(runs, unit),
+    }  # fmt: skip
+
+
+def summarise(runs: dict[str, dict[str, list[RunResult]]], unit: float) -> Json:
+    summary: Json = {}
+    for name, by_policy in runs.items():
+        rows: Json = {}
+        for policy, results in by_policy.items():
+            if not results:
+                continue
+            best, median = best_and_median(results)
+            paper = paper_normalised(name, policy)
+            rows[policy] = {
+                "best": {**asdict(best), "turnaround": best.turnaround, "mean_response": best.mean_response},
+                "median": {
+                    **asdict(median), "turnaround": median.turnaround, "mean_response": median.mean_response,
+                },
+                "best_in_units": {
+                    "completion": [c / unit for c in best.completion],
+                    "turnaround": best.turnaround / unit,
+                    "mean_response": best.mean_response / unit,
+                },
+                "paper_in_units": None if paper is None else {
+                    "completion": list(paper[0]), "turnaround": paper[1], "mean_response": paper[2],
+                },
+            }  # fmt: skip
+        gang = rows.get("gang")
+        for row in rows.values():
+            row["turnaround_over_gang"] = (
+                row["best"]["turnaround"] / gang["best"]["turnaround"] if gang else None
+            )
+            row["mean_response_over_gang"] = (
+                row["best"]["mean_response"] / gang["best"]["mean_response"] if gang else None
+            )
+        best_turnaround = min(r["best"]["turnaround"] for r in rows.values())
+        best_response = min(r["best"]["mean_response"] for r in rows.values())
+        for row in rows.values():
+            row["turnaround_over_best"] = row["best"]["turnaround"] / best_turnaround
+            row["mean_response_over_best"] = row["best"]["mean_response"] / best_response
+        summary[name] = rows
+    return summary
+
+
+def markdown(result: Json) -> str:
+    """One table per scenario, in seconds and in building-block units beside the paper's."""
+    p = result["parameters"]
+    lines = [
+        f"Building block (1 ms BSP ring, {p['length']:g} s of computation) alone under batch: "
+        f"{result['unit']:.2f} s = 1 unit. {p['nodes']} node(s) x {p['pes_per_node']} PE, MPL 3, "
+        f"{p['slice_ms']:g} ms slices, best of {p['repeats']} (median in brackets).",
+        "",
+    ]
+    for name, rows in result["summary"].items():
+        jobs = len(result["jobs"][name])
+        head = [f"job {i + 1} (s)" for i in range(jobs)]
+        lines += [
+            f"### {name}: {build(name, 1, 2, 1).title}",
+            "",
+            "| policy | " + " | ".join(head) + " | turnaround (s) | mean response (s) | turnaround / gang "
+            "| ours in units: jobs, turnaround, response | paper in units |",
+            "|---|" + "---:|" * (jobs + 3) + "---|---|",
+        ]
+        for policy, row in rows.items():
+            best, median = row["best"], row["median"]
+            cells = [
+                f"{b:.1f} ({m:.1f})" for b, m in zip(best["completion"], median["completion"], strict=True)
+            ]
+            units = row["best_in_units"]
+            ours = ", ".join(f"{c:.2f}" for c in units["completion"])
+            ours += f"; {units['turnaround']:.2f}; {units['mean_response']:.2f}"
+            paper = row["paper_in_units"]
+            theirs = (
+                "-" if paper is None else ", ".join(f"{c:.2f}" for c in paper["completion"])
+                + f"; {paper['turnaround']:.2f}; {paper['mean_response']:.2f}"
+            )  # fmt: skip
+            ratio = row["turnaround_over_gang"]
+            lines.append(
+                f"| {policy} | " + " | ".join(cells)
+                + f" | {best['turnaround']:.1f} ({median['turnaround']:.1f})"
+                + f" | {best['mean_response']:.1f} ({median['mean_response']:.1f})"
+                + f" | {'-' if ratio is None else f'{ratio:.3f}'} | {ours} | {theirs} |"
+            )  # fmt: skip
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv_: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="storm bench scenarios", description=__doc__.split("\n")[0])
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS[1:]), help=f"any of {','.join(SCENARIOS)}")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="default: batch,gang,sb,fcs")
+    parser.add_argument("--repeats", "-r", type=int, default=3, help="runs of each (default 3)")
+    parser.add_argument("--length", type=float, default=10.0, help="building block's seconds (default 10)")
+    parser.add_argument("--nodes", "-N", type=int, default=2, help="node managers (default 2)")
+    parser.add_argument("--pes-per-node", "-P", type=int, default=1, help="PEs per node (default 1)")
+    parser.add_argument("--slice-ms", type=float, default=100.0, help="time slice (default 100)")
+    parser.add_argument("--json", type=Path, help="write every raw figure here")
+    parser.add_argument("--markdown", type=Path, help="write the tables here")
+    args = parser.parse_args(argv_)
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    policies = [p for p in args.policies.split(",") if p]
+    bad = [s for s in scenarios if s not in SCENARIOS] + [p for p in policies if p not in POLICIES]
+    if bad or not scenarios or not policies or args.repeats < 1 or args.length <= 0 or args.nodes < 2:
+        parser.error(
+            f"unknown {', '.join(bad)}" if bad else "need scenarios, policies, --repeats >= 1, --length > 0, "
+            "--nodes >= 2 (the paper's imbalance alternates nodes)"
+        )  # fmt: skip
+    result = run(
+        scenarios, policies, repeats=args.repeats, length=args.length, nodes=args.nodes,
+        pes=args.pes_per_node, slice_ms=args.slice_ms,
+    )  # fmt: skip
+    text = markdown(result)
+    print("\n" + text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"raw figures: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""The synthetic workloads of the FCS paper's section 3 (Tables 3-6), sized to a local cluster.
+
+Pure: which jobs each scenario submits, the paper's figures to compare with, and the summaries of a run.
+``storm bench scenarios`` (tools/bench_scenarios.py) runs them on real clusters.
+
+Every job is the BSP application (tools/apps/bsp.py) with a 1 ms granularity, the paper's "building block",
+run for a fixed number of iterations so that a scheduler that slows it makes it finish later. ``length`` is
+the building block's intended time alone (the paper's 60 s); the benchmark also measures it, as the unit that
+normalises both our figures and the paper's.
+
+"Alternating nodes" of the paper (every other node computes twice as much) are the ranks of odd-numbered
+nodes here: with one PE per node, the odd ranks.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+GRANULARITY = 0.001
+POLICIES = ("batch", "gang", "sb", "fcs")
+
+# The paper's completion time of each job and its turnaround and mean response, per algorithm, in seconds
+# (FCFS is batch here, GS gang). Its building block ran 60 s alone.
+PAPER_UNIT = 60.0
+PAPER: dict[str, dict[str, tuple[float, ...]]] = {
+    "balanced": {"batch": (60, 120), "gang": (124, 124), "sb": (126, 134), "fcs": (125, 126)},
+    "imbalanced": {"batch": (120, 240), "gang": (244, 245), "sb": (193, 194), "fcs": (197, 197)},
+    "complementing": {
+        "batch": (60, 121, 301), "gang": (185, 186, 308), "sb": (144, 142, 244), "fcs": (192, 193, 197),
+    },
+    "mixed": {
+        "batch": (120, 241, 302), "gang": (305, 305, 185), "sb": (213, 214, 276), "fcs": (252, 253, 155),
+    },
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    name: str
+    args: tuple[str, ...]  # options of the BSP application
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    jobs: tuple[JobPlan, ...]
+
+
+def odd_node_ranks(nodes: int, pes_per_node: int) -> str:
+    """The ranks on odd-numbered nodes (storm places a node's ranks together), as --slow takes them."""
+    ranks = [n * pes_per_node + i for n in range(1, nodes, 2) for i in range(pes_per_node)]
+    return ",".join(map(str, ranks))
+
+
+def even_node_ranks(nodes: int, pes_per_node: int) -> str:
+    ranks = [n * pes_per_node + i for n in range(0, nodes, 2) for i in range(pes_per_node)]
+    return ",".join(map(str, ranks))
+
+
+def build(name: str, length: float, nodes: int, pes_per_node: int) -> Scenario:
+    """One scenario, its building block ``length`` seconds long (before communication costs)."""
+    iterations = str(max(1, round(length / GRANULARITY)))
+    base = ("--granularity", str(GRANULARITY), "--pattern", "ring", "--iterations", iterations)
+    odd, even = odd_node_ranks(nodes, pes_per_node), even_node_ranks(nodes, pes_per_node)
+    balanced = JobPlan("balanced", (*base, "--slow", "none"))
+    # Section 3.2: every other node computes twice as much per iteration, the other way round in job 2.
+    # Slightly over 2:1, as in the paper's footnote 4, so that the fast ranks' granularity is clearly
+    # above CS_thresh (2 ms) rather than on it.
+    imb1 = JobPlan("imbalanced-1", (*base, "--imbalance", "2.2", "--slow", odd))
+    imb2 = JobPlan("imbalanced-2", (*base, "--imbalance", "2.2", "--slow", even))
+    if name == "alone":
+        return Scenario(name, "one balanced job alone (the cost of a policy to a CS job)", (balanced,))
+    if name == "balanced":
+        return Scenario(name, "two balanced fine-grained jobs (Table 3)", (balanced, balanced))
+    if name == "imbalanced":
+        return Scenario(name, "two complementary load-imbalanced jobs (Table 4)", (imb1, imb2))
+    if name == "complementing":
+        # Section 3.3: two non-communicating jobs of one length on the even nodes only (their ranks on odd
+        # nodes have nothing to do), and a communicating job of three lengths whose odd nodes compute three
+        # times as much per iteration as its even nodes: 3 lengths of work on every PE.
+        quiet = ("--granularity", str(GRANULARITY), "--pattern", "none", "--iterations", iterations)
+        idle = ("--imbalance", "0", "--slow", odd)
+        job3 = ("--granularity", str(GRANULARITY), "--pattern", "ring", "--iterations", iterations)
+        return Scenario(
+            name,
+            "two non-communicating jobs and an imbalanced one that complement each other (Table 5)",
+            (
+                JobPlan("quiet-1", (*quiet, *idle)),
+                JobPlan("quiet-2", (*quiet, *idle)),
+                JobPlan("imbalanced-3x", (*job3, "--imbalance", "3", "--slow", odd)),
+            ),
+        )
+    if name == "mixed":
+        return Scenario(name, "the two imbalanced jobs and a balanced one (Table 6)", (imb1, imb2, balanced))
+    raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+
+
+SCENARIOS = ("alone", "balanced", "imbalanced", "complementing", "mixed")
+
+
+def argv(plan: JobPlan) -> list[str]:
+    return [sys.executable, "-m", "storm.tools.apps.bsp", *plan.args]
+
+
+# ------------------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run of a scenario: each job's completion time (seconds from the first submission) and response
+    time (seconds from its own submission), in the order of the scenario's jobs."""
+
+    completion: tuple[float, ...]
+    response: tuple[float, ...]
+
+    @property
+    def turnaround(self) -> float:
+        return max(self.completion)
+
+    @property
+    def mean_response(self) -> float:
+        return statistics.mean(self.response)
+
+
+def run_result(submits: Sequence[float], ends: Sequence[float]) -> RunResult:
+    first = min(submits)
+    return RunResult(
+        completion=tuple(e - first for e in ends),
+        response=tuple(e - s for s, e in zip(submits, ends, strict=True)),
+    )
+
+
+def best_and_median(runs: Sequence[RunResult]) -> tuple[RunResult, RunResult]:
+    """The run with the best turnaround (as the paper took the best of five), and the median run (of an
+    even number, the worse of the middle two: the median should not flatter)."""
+    ordered = sorted(runs, key=lambda r: r.turnaround)
+    return ordered[0], ordered[len(ordered) // 2]
+
+
+def paper_normalised(scenario: str, policy: str) -> tuple[tuple[float, ...], float, float] | None:
+    """The paper's completion times, turnaround and mean response in units of its building block."""
+    times = PAPER.get(scenario, {}).get(policy)
+    if times is None:
+        return None
+    # The paper's mean response is the mean of the completion times: its jobs arrived together.
+    norm = tuple(t / PAPER_UNIT for t in times)
+    return norm, max(norm), statistics.mean(norm)
