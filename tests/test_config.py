@@ -288,3 +288,16 @@ def test_batch_refuses_a_multiprogramming_level() -> None:
     with pytest.raises(ConfigError, match=r"mm\.mpl must be 1"):
         load(None, {"mm": {"mpl": "2"}})
     assert load(None, {"mm": {"mpl": "2"}, "cluster": {"policy": "gang"}}).mm.mpl == 2
+
+
+def test_the_example_configuration_names_every_setting_with_its_default() -> None:
+    """systemd/storm.toml is what operators copy: it must load, and show every setting (some commented)."""
+    path = Path(__file__).parent.parent / "systemd" / "storm.toml"
+    text = path.read_text()
+    loaded = load(path)
+    for section, defaults in (("mm", MMConfig()), ("nm", NMConfig()), ("fcs", c.FcsConfig())):
+        for name in defaults.__dataclass_fields__:
+            assert f"\n{name} = " in text or f"\n# {name} = " in text, f"[{section}] {name} is not shown"
+    # Where the example differs from the built-in defaults, it is on purpose (a cluster, not a laptop).
+    assert loaded.fcs == c.FcsConfig() and loaded.mm.slice == MMConfig().slice
+    assert (loaded.cluster.name, loaded.nm.mm) == ("cluster", "tcp://mm-host:6817")
