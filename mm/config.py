@@ -76,12 +76,13 @@ class NMConfig:
 class FcsConfig:
     """Flexible CoScheduling's constants (Table 2 of the paper), read by the MM and handed to every NM."""
 
-    spin_us: float = 120.0  # T_spin, also the spin of the sb policy
-    cslots_min: int = 20
-    dc_thresh: float = 1.0
-    cs_thresh: float = 0.002
+    # Table 2's values are FcsParameters' (the wire form); here in the units an operator writes.
+    spin_us: float = FcsParameters.spin * 1e6  # T_spin, also the spin of the sb policy
+    cslots_min: int = FcsParameters.cslots_min
+    dc_thresh: float = FcsParameters.dc_thresh
+    cs_thresh: float = FcsParameters.cs_thresh
     f_thresh: float = 0.0  # 0: 0.85 x cs_thresh, as in the paper
-    tslots_max: int = 32768
+    tslots_max: int = FcsParameters.tslots_max
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -200,7 +200,8 @@ class ClassChange:
 
 @dataclass(frozen=True, kw_only=True)
 class FcsParameters:
-    """Table 2 of the FCS paper (times in seconds), set once on the MM and handed to every node."""
+    """Table 2 of the FCS paper (times in seconds), set once on the MM and handed to every node, where the
+    classification (nm/fcs.py) uses it as it is."""
 
     spin: float = 120e-6
     cslots_min: int = 20

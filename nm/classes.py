@@ -14,23 +14,11 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from storm.mm.protocol import ClassChange, FcsParameters
-from storm.nm.fcs import Constants, Measurement, ProcessClass, end_of_slot
+from storm.nm.fcs import Measurement, ProcessClass, end_of_slot
 from storm.nm.monitor import Monitor
 from storm.nm.switcher import ContextSwitcher, Key
 
 log = logging.getLogger("storm.nm")
-
-
-def constants(parameters: FcsParameters, slice_: float) -> Constants:
-    return Constants(
-        slice=slice_,
-        spin=parameters.spin,
-        cslots_min=parameters.cslots_min,
-        dc_thresh=parameters.dc_thresh,
-        cs_thresh=parameters.cs_thresh,
-        f_thresh=parameters.f_thresh,
-        tslots_max=parameters.tslots_max,
-    )
 
 
 class Classifier:
@@ -38,7 +26,7 @@ class Classifier:
         self.node = node
         self.monitor = monitor
         self.switcher = switcher
-        self.constants = Constants()
+        self.constants = FcsParameters()  # Table 2, until the MM says otherwise
         self.states: dict[Key, ProcessClass] = {}
         self.changes: list[ClassChange] = []
         self._present: set[Key] = set()  # the processes known when the current slot began

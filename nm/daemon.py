@@ -36,7 +36,7 @@ from storm.mm import protocol as p
 from storm.mm.config import StormConfig
 from storm.mm.daemon import bind, peer_credentials
 from storm.mm.priority import request_realtime
-from storm.nm.classes import Classifier, constants
+from storm.nm.classes import Classifier
 from storm.nm.gang import GangFollower
 from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Monitor
@@ -153,7 +153,7 @@ class NodeManager:
     def _follow(self, msg: p.NodeRegistered) -> None:
         """Follow the policy of the MM just registered with (heartbeats under gang and FCS)."""
         self.policy = self.switcher.policy = msg.policy
-        self.classifier.constants = constants(msg.fcs, msg.slice)
+        self.classifier.constants = msg.fcs
         self.monitor.spin_ns = self.local.spin_ns = int(msg.fcs.spin * 1e9)
         if not self.config.nm.heartbeat_timeout:
             self.follower.timeout = max(1.0, 10 * msg.slice)

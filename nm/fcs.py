@@ -27,30 +27,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from storm.mm.protocol import FcsParameters
+
 
 class Klass(StrEnum):
     CS = "CS"
     F = "F"
     DC = "DC"
-
-
-@dataclass(frozen=True)
-class Constants:
-    """Table 2 of the paper; times in seconds."""
-
-    slice: float = 0.1
-    spin: float = 120e-6
-    cslots_min: int = 20
-    dc_thresh: float = 1.0
-    cs_thresh: float = 0.002
-    f_thresh: float = 0.85 * 0.002
-    tslots_max: int = 32768
-
-    def __post_init__(self) -> None:
-        if not (0 < self.f_thresh <= self.cs_thresh < self.dc_thresh and self.cslots_min >= 1):
-            raise ValueError("FCS constants need 0 < F_thresh <= CS_thresh < DC_thresh and cslots_min >= 1")
-        if self.tslots_max < 1 or self.slice <= 0 or self.spin < 0:
-            raise ValueError("FCS constants need tslots_max >= 1, slice > 0 and spin >= 0")
 
 
 @dataclass(frozen=True)
@@ -78,7 +61,7 @@ class ProcessClass:
     tslots: int = 0  # assigned slots since the process started
 
 
-def classify(measured: Measurement, constants: Constants) -> Klass:
+def classify(measured: Measurement, constants: FcsParameters) -> Klass:
     """The class a measurement calls for (Algorithm 2 without its bookkeeping): Fig. 2's phase diagram."""
     g = measured.granularity
     if g < constants.cs_thresh:
@@ -89,7 +72,7 @@ def classify(measured: Measurement, constants: Constants) -> Klass:
 
 
 def end_of_slot(
-    state: ProcessClass, measured: Measurement | None, constants: Constants, *, job_reset: bool = False
+    state: ProcessClass, measured: Measurement | None, constants: FcsParameters, *, job_reset: bool = False
 ) -> tuple[ProcessClass, bool]:
     """Algorithm 2, run for a process that just finished its assigned time slot.
 

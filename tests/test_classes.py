@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from storm.mm.protocol import FcsParameters
 from storm.mpihook.stats import HookSegment
-from storm.nm.classes import Classifier, constants
+from storm.nm.classes import Classifier
 from storm.nm.fcs import Klass, ProcessClass
 from storm.nm.switcher import ContextSwitcher
 from tests.test_monitor import MS, hook_writes, monitor_of
@@ -19,7 +19,7 @@ def classifier_of(seg: HookSegment) -> tuple[Classifier, dict[int, int]]:
     switcher.add(5, [(0, 0), (1, 1)], row=0)
     switcher.started(5, {0: 100, 1: 101})
     classifier = Classifier("n1", monitor, switcher)
-    classifier.constants = constants(FcsParameters(cslots_min=2), 0.1)
+    classifier.constants = FcsParameters(cslots_min=2)
     classifier.end_of_slot(None)  # the heartbeat that begins their first slot (no row ran before it)
     return classifier, cpu.cpu
 

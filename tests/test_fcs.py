@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from storm.mm.protocol import FcsParameters
 from storm.nm.fcs import (
-    Constants,
     Decision,
     Klass,
     Measurement,
@@ -16,7 +16,7 @@ from storm.nm.fcs import (
     end_of_slot,
 )
 
-C = Constants()  # Table 2: CS_thresh 2 ms, F_thresh 1.7 ms, DC_thresh 1 s, cslots_min 20, tslots_max 32768
+C = FcsParameters()  # Table 2: CS_thresh 2 ms, F_thresh 1.7 ms, DC_thresh 1 s, cslots_min 20, tslots_max 32K
 MS = 1e-3
 
 
@@ -78,9 +78,9 @@ def test_the_job_wide_reset_forces_cs_whatever_the_measurement() -> None:
 
 def test_constants_must_be_ordered() -> None:
     with pytest.raises(ValueError):
-        Constants(cs_thresh=0.002, f_thresh=0.003)
+        FcsParameters(cs_thresh=0.002, f_thresh=0.003)
     with pytest.raises(ValueError):
-        Constants(cs_thresh=2.0, dc_thresh=1.0)
+        FcsParameters(cs_thresh=2.0, dc_thresh=1.0)
 
 
 # ---------------------------------------------------------------------------------------------- Algorithm 1
