@@ -80,10 +80,15 @@ def end_of_slot(
     MM says so in the heartbeat so that all of the job's processes do it together). ``measured`` is None for
     a process that never entered MPI through the hook: it does not communicate, so it is DC once it has had
     its ``cslots_min`` slots. Returns the new state and whether measurements must restart.
+
+    The MM's count of the job's slots decides the reset; a node's count of a process's slots can be one off
+    it (a launch that reached the node just across a heartbeat from the MM's placement), so at a reset the
+    process takes the MM's count, the nearest multiple of tslots_max.
     """
     state = replace(state, cslots=state.cslots + 1, tslots=state.tslots + 1)
     if job_reset:
-        return replace(state, klass=Klass.CS, cslots=0), True
+        tslots = max(1, round(state.tslots / constants.tslots_max)) * constants.tslots_max
+        return replace(state, klass=Klass.CS, cslots=0, tslots=tslots), True
     if state.cslots < constants.cslots_min:
         return state, False
     new = Klass.DC if measured is None else classify(measured, constants)

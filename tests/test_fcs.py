@@ -125,3 +125,12 @@ def test_pes_are_decided_independently() -> None:
 def test_without_heartbeats_everything_runs_cs_polling_others_spin_blocking() -> None:
     decisions = context_switch(procs((1, 0, Klass.CS), (2, 1, Klass.DC)), active_row=None)
     assert decisions == {(1, 0): Decision(run=True), (2, 0): Decision(run=True, spin_block=True)}
+
+
+@pytest.mark.parametrize(("before", "after"), [(10, 12), (11, 12), (12, 12), (22, 24), (0, 12)])
+def test_at_a_reset_a_process_takes_the_mms_count_of_the_jobs_slots(before: int, after: int) -> None:
+    """The node may have counted one slot more or less than the MM (a launch across a heartbeat)."""
+    small = FcsParameters(tslots_max=12)
+    state = ProcessClass(klass=Klass.F, cslots=5, tslots=before)
+    new, _ = end_of_slot(state, None, small, job_reset=True)
+    assert (new.klass, new.tslots) == (Klass.CS, after)
