@@ -70,6 +70,8 @@ class NMConfig:
     heartbeat_timeout: float = 0.0
     # Append one line per heartbeat (seq, sent, received, switched) to this file, for benchmarks.
     trace: str = ""
+    # Profile where each rank's time goes, per class (a /proc read per rank per slice): storm stats --profile.
+    profile: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

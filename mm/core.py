@@ -45,11 +45,11 @@ from storm.mm.protocol import (
     RankExit,
     RankFailed,
     RankSlot,
-    RankStats,
     RegisterNode,
     Reregister,
     StatsView,
 )
+from storm.mm.reports import Reports
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
 from storm.mm.slots import GangCycle
 from storm.mm.store import Store
@@ -107,8 +107,7 @@ class Controller:
         self.reasons: dict[int, str] = {}
         self.outbox: list[tuple[str, Message]] = []
         self.ended: list[Job] = []
-        # The latest mpihook measurements of each running job, per node, with the time they arrived.
-        self.stats: dict[int, dict[str, tuple[float, tuple[RankStats, ...]]]] = {}
+        self.reports = Reports(store)
         self._recover(now)
 
     # ---------------------------------------------------------------------------------------------- restart
@@ -376,6 +375,7 @@ class Controller:
                     self.schedule(now)
             return  # a re-sent report, or the last word from a node that was written off
         self.tracking[job.id].done[msg.node] = msg.exits
+        self.reports.node_done(msg)
         failed = [e for e in msg.exits if e.failed]
         if msg.reason:
             self._end(job, JobState.NODE_FAIL, None, msg.reason, now)
@@ -385,29 +385,13 @@ class Controller:
 
     def job_stats(self, msg: JobStats, now: float) -> None:
         if msg.job_id in self.active and msg.node in self.active[msg.job_id].nodes:
-            self.stats.setdefault(msg.job_id, {})[msg.node] = (now, msg.ranks)
-            if msg.changes:
-                self.store.add_class_changes(msg.changes)
-
-    def classes(self, job_ids: tuple[int, ...]) -> list[RankStats]:
-        """The latest measurements and classes of every process of the given (else every running) job."""
-        wanted = job_ids or tuple(sorted(self.stats))
-        found = [r for j in wanted for _, ranks in self.stats.get(j, {}).values() for r in ranks]
-        return sorted(found, key=lambda r: (r.job_id, r.rank))
+            self.reports.job_stats(msg, now)
 
     def stats_view(self, job_id: int, now: float) -> StatsView:
         job = self.active.get(job_id) or self.pending.get(job_id) or self.store.get_job(job_id)
         if job is None:
             raise Rejected("unknown_job", f"no job {job_id}")
-        reports = self.stats.get(job_id, {})
-        ranks = sorted((r for _, ranks in reports.values() for r in ranks), key=lambda r: r.rank)
-        newest = max((when for when, _ in reports.values()), default=None)
-        return StatsView(
-            job_id=job_id,
-            state=job.state.value,
-            age=-1.0 if newest is None else now - newest,
-            ranks=tuple(ranks),
-        )
+        return self.reports.view(job, now)
 
     def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> None:
         """Collect one node's arrival at a cross-node PMI barrier; answer all nodes when the last arrives.
@@ -542,7 +526,7 @@ class Controller:
             suspended = self.cycle.forget(job_id)
         if self.tracking[job_id].last_barrier is not None:
             self.store.forget_barrier(job_id)
-        self.stats.pop(job_id, None)
+        self.reports.forget(job_id)
         del self.active[job_id]
         del self.tracking[job_id]
         self.matrix.release(job_id)

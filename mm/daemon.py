@@ -285,7 +285,7 @@ class MachineManager:
                 if msg.history:
                     changes = tuple(self.store.class_changes(msg.job_ids))
                     return p.ClassesView(req=msg.req, changes=changes)
-                return p.ClassesView(req=msg.req, processes=tuple(self.core.classes(msg.job_ids)))
+                return p.ClassesView(req=msg.req, processes=tuple(self.core.reports.processes(msg.job_ids)))
             case p.CancelJobs():
                 results = self.core.cancel(msg.job_ids, caller.uid, caller.user, now)
                 return p.CancelResult(req=msg.req, results=results)

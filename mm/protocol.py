@@ -199,6 +199,26 @@ class ClassChange:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProfileEntry:
+    """Where one process's time went (seconds) while it was in class ``klass`` ("" outside FCS); see
+    nm/profile.py for what each category holds."""
+
+    rank: int
+    node: str
+    klass: str = ""
+    wall: float
+    compute: float
+    poll: float
+    blocked: float
+    stopped: float
+    queued: float
+
+    def __post_init__(self) -> None:
+        _check(self.klass in ("", *CLASSES), "klass must be CS, F, DC or empty")
+        _check(self.rank >= 0, "rank must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
 class FcsParameters:
     """Table 2 of the FCS paper (times in seconds), set once on the MM and handed to every node, where the
     classification (nm/fcs.py) uses it as it is."""
@@ -344,12 +364,14 @@ class GetStats(Request):
 @message("stats")
 @dataclass(frozen=True, kw_only=True)
 class StatsView(Reply):
-    """A running job's ranks as their node managers last reported them (``age``: seconds since then)."""
+    """A job's ranks as their node managers last reported them while it ran (``age``: seconds since then)."""
 
     job_id: int
     state: str
     age: float
     ranks: tuple[RankStats, ...]
+    # Where each process's time went, per class: live, and kept after the job ends (with [nm] profile on).
+    profile: tuple[ProfileEntry, ...] = ()
 
 
 @message("get_classes")
@@ -467,6 +489,8 @@ class JobStats(Message):
     node: str
     ranks: tuple[RankStats, ...]
     changes: tuple[ClassChange, ...] = ()
+    # With [nm] profile on: where each process's time went so far, per class.
+    profile: tuple[ProfileEntry, ...] = ()
 
 
 @message("job_rows")
@@ -550,6 +574,7 @@ class JobNodeDone(Message):
     node: str
     exits: tuple[RankExit, ...]
     reason: str = ""
+    profile: tuple[ProfileEntry, ...] = ()  # the final profile of the node's ranks (with [nm] profile on)
 
 
 @message("rank_failed")

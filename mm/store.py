@@ -16,7 +16,7 @@ from pathlib import Path
 import msgpack
 
 from storm.mm.jobs import Job, JobSpec, JobState
-from storm.mm.protocol import ClassChange
+from storm.mm.protocol import ClassChange, ProfileEntry
 
 SCHEMA_VERSION = 1
 
@@ -56,6 +56,19 @@ CREATE TABLE IF NOT EXISTS class_changes (
     tslots INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS class_changes_job ON class_changes (job_id, time);
+CREATE TABLE IF NOT EXISTS profiles (
+    job_id INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    klass TEXT NOT NULL,
+    wall REAL NOT NULL,
+    compute REAL NOT NULL,
+    poll REAL NOT NULL,
+    blocked REAL NOT NULL,
+    stopped REAL NOT NULL,
+    queued REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS profiles_job ON profiles (job_id);
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY,
     pes INTEGER NOT NULL,
@@ -286,6 +299,39 @@ class Store:
                 for j, r, n, t, o, w, s in rows
             )
         return result
+
+    def add_profile(self, job_id: int, entries: Iterable[ProfileEntry]) -> None:
+        with self.transaction():
+            self._db.executemany(
+                "INSERT INTO profiles (job_id, rank, node, klass, wall, compute, poll, blocked, stopped,"
+                " queued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        job_id,
+                        e.rank,
+                        e.node,
+                        e.klass,
+                        e.wall,
+                        e.compute,
+                        e.poll,
+                        e.blocked,
+                        e.stopped,
+                        e.queued,
+                    )
+                    for e in entries
+                ],
+            )
+
+    def profile(self, job_id: int) -> list[ProfileEntry]:
+        rows = self._db.execute(
+            "SELECT rank, node, klass, wall, compute, poll, blocked, stopped, queued FROM profiles"
+            " WHERE job_id = ? ORDER BY rank, klass",
+            (job_id,),
+        ).fetchall()
+        return [
+            ProfileEntry(rank=r, node=n, klass=k, wall=w, compute=c, poll=po, blocked=b, stopped=st, queued=q)
+            for r, n, k, w, c, po, b, st, q in rows
+        ]
 
     # -- nodes
 

@@ -4,7 +4,7 @@
  * publishes, in the job's shared-memory segment (record.h), what FCS needs (paper, sections 2.3 and 2.6):
  * the number of blocking calls and of communication events, and the wall time spent in them; and it waits
  * the way storm-nm asks: busy polling, as MPICH does, or spin-block (spin for spin_ns, then stop using the
- * CPU until the call can complete).
+ * CPU until the call can complete), switching a waiting call from one to the other when storm-nm says so.
  *
  * This file: finding the MPI library, mapping the segment, publishing, blocking, MPI_Init/MPI_Finalize.
  * p2p.c wraps point-to-point calls and waits, coll.c the blocking collectives; hook.h says how a wrapper

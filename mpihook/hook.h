@@ -127,6 +127,23 @@ static inline int storm_enter(struct storm_call *c)
     return c->spinblock;
 }
 
+/*
+ * A call that started polling, in the hook's test loop: has storm-nm switched the rank to spin-block since?
+ * Then the rest of the call spin-blocks (FCS reclassified the process while it waited, or its slot ended:
+ * a long wait must not keep burning the CPU that other processes of the PE now share). Its polling so far
+ * is accounted as spinning.
+ */
+static inline int storm_turn_spinblock(struct storm_call *c)
+{
+    struct storm_hook_control *control = &storm.record->control;
+    if (!c->live || __atomic_load_n(&control->wait_mode, __ATOMIC_RELAXED) != STORM_WAIT_SPINBLOCK)
+        return 0;
+    c->spin_ns = __atomic_load_n(&control->spin_ns, __ATOMIC_RELAXED);
+    c->spinblock = 1;
+    storm_current = c;
+    return 1;
+}
+
 static inline void storm_leave(struct storm_call *c)
 {
     storm.depth--;
@@ -197,7 +214,7 @@ typedef int cancel_fn(SM_Request *);
 
 /* When a wrapper makes its call nonblocking (`iname`, which then completes in storm_complete). */
 enum {
-    SPINBLOCK_ONLY, /* point-to-point: in spin-block mode (blocking and nonblocking calls match each other) */
+    COUNTED,        /* point-to-point: whenever the call is counted (blocking and nonblocking calls match) */
     ALWAYS,         /* collectives, in MPICH: in every mode, so that all ranks' calls match (coll.c) */
 };
 
@@ -212,9 +229,10 @@ enum {
     {                                                                                                        \
         struct storm_call c;                                                                                 \
         SM_Request request;                                                                                  \
-        int rc, spinblock = storm_enter(&c);                                                                 \
-        if (((when) == ALWAYS ? storm.abi == ABI_MPICH : spinblock) && storm.fn[FN_##iname]) {               \
-            c.test_loop = spinblock;                                                                         \
+        int rc;                                                                                              \
+        storm_enter(&c);                                                                                     \
+        if (((when) == ALWAYS ? storm.abi == ABI_MPICH : c.live) && storm.fn[FN_##iname]) {                  \
+            c.test_loop = c.live;                                                                            \
             rc = storm_complete(&c, ((iname##_fn *) storm.fn[FN_##iname]) AND_REQUEST iargs, &request,      \
                                 status);                                                                     \
         } else                                                                                               \

@@ -1,8 +1,9 @@
 /*
- * Blocking point-to-point calls and waits. Each is counted (hook.h: storm_enter/storm_leave) and, in
- * spin-block mode, becomes its nonblocking form (MPI_Isend, MPI_Irecv, MPI_Improbe, ...) followed by the
- * hook's own test loop (storm_wait): a blocking and a nonblocking point-to-point operation match each other,
- * so ranks may wait in different modes. Statuses, indices, counts and error codes are the tests', which
+ * Blocking point-to-point calls and waits. Each is counted (hook.h: storm_enter/storm_leave) and becomes
+ * its nonblocking form (MPI_Isend, MPI_Irecv, MPI_Improbe, ...) followed by the hook's own test loop
+ * (storm_wait), which polls or spin-blocks as storm-nm asks, and can switch to spin-block during the call:
+ * a blocking and a nonblocking point-to-point operation match each other, so ranks may wait in different
+ * modes. Statuses, indices, counts and error codes are the tests', which
  * MPI defines like the blocking calls' (tests/programs/edges.c checks each against MPICH's blocking call).
  */
 #define _GNU_SOURCE
@@ -67,14 +68,24 @@ static int wait_blocking(struct storm_wait *w)
     }
 }
 
-/* Spin-block: test until done, busily for spin_ns from the call's entry, then sleeping in between. */
+/*
+ * The hook's test loop. Polling: test busily, and every POLL_CHECK tests (~10 us) look whether storm-nm has
+ * switched the rank to spin-block, which then applies to the rest of the call. Spin-block: test busily for
+ * spin_ns, then sleep in between; back to MPICH's own wait if storm-nm switches the rank to polling.
+ */
+#define POLL_CHECK 64u
 int storm_wait(struct storm_call *c, struct storm_wait *w)
 {
     uint64_t spin_end = c->t0 + c->spin_ns;
-    for (;;) {
+    for (unsigned turn = 1;; turn++) {
         int done = 0, rc = test_once(w, &done);
         if (rc != SM_SUCCESS || done)
             return rc;
+        if (!c->spinblock) {
+            if (turn % POLL_CHECK == 0 && storm_turn_spinblock(c))
+                spin_end = storm_now() + c->spin_ns;
+            continue;
+        }
         uint64_t now = storm_now();
         if (now >= spin_end && !storm_block(c, now))
             return wait_blocking(w);
@@ -87,13 +98,13 @@ int storm_complete(struct storm_call *c, int rc, SM_Request *request, void *stat
     if (rc != SM_SUCCESS)
         return rc;
     if (!c->test_loop)
-        return NB(wait_fn, Wait)(request, status); /* polling: MPICH busy-waits, as in the blocking call */
+        return NB(wait_fn, Wait)(request, status); /* not counted (nested): MPICH's own wait */
     struct storm_wait w = {.kind = WAIT_ONE, .count = 1, .requests = request, .status = status};
     return storm_wait(c, &w);
 }
 
 #define SEND(name, iname, count_t)                                                                           \
-    WRAPPER(SPINBLOCK_ONLY, name, SEND_PARAMS(count_t), SEND_ARGS, iname, SEND_PARAMS(count_t), SEND_ARGS,  \
+    WRAPPER(COUNTED, name, SEND_PARAMS(count_t), SEND_ARGS, iname, SEND_PARAMS(count_t), SEND_ARGS,  \
             SM_STATUS_IGNORE)
 #define SEND_PARAMS(count_t)                                                                                 \
     (const void *buf, count_t count, hk_handle type, int dest, int tag, hk_handle comm)
@@ -108,7 +119,7 @@ SEND(Rsend, Irsend, int)
 SEND(Rsend_c, Irsend_c, SM_Count)
 
 #define RECV(name, iname, count_t)                                                                           \
-    WRAPPER(SPINBLOCK_ONLY, name,                                                                            \
+    WRAPPER(COUNTED, name,                                                                            \
             (void *buf, count_t count, hk_handle type, int source, int tag, hk_handle comm, void *status),   \
             (buf, count, type, source, tag, comm, status), iname,                                            \
             (void *buf, count_t count, hk_handle type, int source, int tag, hk_handle comm),                 \
@@ -117,7 +128,7 @@ RECV(Recv, Irecv, int)
 RECV(Recv_c, Irecv_c, SM_Count)
 
 #define MRECV(name, iname, count_t)                                                                          \
-    WRAPPER(SPINBLOCK_ONLY, name,                                                                            \
+    WRAPPER(COUNTED, name,                                                                            \
             (void *buf, count_t count, hk_handle type, SM_Message *message, void *status),                   \
             (buf, count, type, message, status), iname,                                                      \
             (void *buf, count_t count, hk_handle type, SM_Message *message), (buf, count, type, message),    \
@@ -137,7 +148,8 @@ MRECV(Mrecv_c, Imrecv_c, SM_Count)
     {                                                                                                        \
         struct storm_call c;                                                                                 \
         int rc;                                                                                              \
-        if (storm_enter(&c) && storm.fn[FN_##irecv] && storm.fn[FN_##isend] && storm.fn[FN_Cancel]) {       \
+        storm_enter(&c);                                                                                     \
+        if (c.live && storm.fn[FN_##irecv] && storm.fn[FN_##isend] && storm.fn[FN_Cancel]) {                \
             SM_Request r[2] = {SM_REQUEST_NULL, SM_REQUEST_NULL};                                            \
             c.test_loop = 1;                                                                                 \
             rc = NB(irecv##_fn, irecv)(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[0]);          \
@@ -180,7 +192,8 @@ SENDRECV_REPLACE(Sendrecv_replace_c, SM_Count)
 #define WAITING(nonblocking, wait_init, real_call)                                                           \
     struct storm_call c;                                                                                     \
     int rc;                                                                                                  \
-    if (storm_enter(&c) && storm.fn[FN_##nonblocking]) {                                                     \
+    storm_enter(&c);                                                                                         \
+    if (c.live && storm.fn[FN_##nonblocking]) {                                                              \
         struct storm_wait w = wait_init;                                                                     \
         c.test_loop = 1;                                                                                     \
         rc = storm_wait(&c, &w);                                                                             \

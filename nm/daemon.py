@@ -37,10 +37,12 @@ from storm.mm.config import StormConfig
 from storm.mm.daemon import bind, peer_credentials
 from storm.mm.priority import request_realtime
 from storm.nm.classes import Classifier
+from storm.nm.fcs import Klass
 from storm.nm.gang import GangFollower
 from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Monitor
 from storm.nm.processes import LinuxProcesses, Processes
+from storm.nm.profile import Profiler
 from storm.nm.switcher import ContextSwitcher
 
 log = logging.getLogger("storm.nm")
@@ -90,9 +92,10 @@ class NodeManager:
             self.os, self.trace, on_switch=self.monitor.switched, set_wait=self.monitor.set_wait
         )
         self.classifier = Classifier(self.name, self.monitor, self.switcher)
+        self.profiler = Profiler(self.name) if config.nm.profile else None
         self.local = LocalJobs(
             config.nm, self.name, self.cpus, self.run_dir, processes=self.os, switcher=self.switcher,
-            monitor=self.monitor,
+            monitor=self.monitor, profiler=self.profiler,
         )  # fmt: skip
         self.jobs = self.local.jobs
 
@@ -184,7 +187,18 @@ class NodeManager:
                 extra.update(klass=state.klass.value, cslots=state.cslots, tslots=state.tslots)
             ranks.append(dataclasses.replace(stats, **extra))  # type: ignore[arg-type]
         changes = self.classifier.take_changes(job_id)
-        return p.JobStats(job_id=job_id, node=self.name, ranks=tuple(ranks), changes=changes)
+        profile = self.profiler.entries(job_id) if self.profiler is not None else ()
+        return p.JobStats(job_id=job_id, node=self.name, ranks=tuple(ranks), changes=changes, profile=profile)
+
+    def _sample(self) -> None:
+        """Read every rank's record at the end of a slice; profile it too, under the class it had then."""
+        self.monitor.sample()
+        if self.profiler is not None:
+            for key, unit in self.switcher.units.items():
+                snapshot = self.monitor.snapshot(unit.job_id, unit.index) if unit.pid else None
+                if snapshot is not None:
+                    klass = self.switcher.classes.get(key, Klass.CS).value if self.policy == "fcs" else ""
+                    self.profiler.update(key, snapshot, klass)
 
     async def _from_heartbeats(self) -> None:
         while True:
@@ -197,7 +211,7 @@ class NodeManager:
             if not isinstance(beat, p.Heartbeat):
                 log.warning("unexpected %s on the heartbeat socket", beat.op)
             elif self.policy in ("gang", "fcs") and self.follower.accept(beat, time.monotonic()):
-                self.monitor.sample()  # first: who is inside a blocking call as the slice ends
+                self._sample()  # first: who is inside a blocking call as the slice ends
                 if self.policy == "fcs":
                     self.classifier.end_of_slot(self.switcher.active, beat.resets)
                 self.switcher.switch(beat.row, seq=beat.seq, sent=beat.sent)
@@ -207,7 +221,7 @@ class NodeManager:
         while True:
             await asyncio.sleep(0.1)
             if self.policy not in ("gang", "fcs"):
-                self.monitor.sample()  # without heartbeats, a slice of the default length
+                self._sample()  # without heartbeats, a slice of the default length
             if self.follower.expired(time.monotonic()):
                 log.warning("no heartbeat for %.1f s: letting every job run", self.follower.timeout)
                 self.switcher.switch(None)
@@ -337,14 +351,20 @@ class NodeManager:
                     job.barrier = None
                     await self.shells.send_multipart([job.identity, p.encode(msg)])
             case p.Ack():
-                job = self.jobs.get(msg.job_id)
-                if job is not None and job.done is not None and msg.what == p.JobNodeDone.op:
-                    self.local.forget(job)
-                    self.classifier.forget(msg.job_id)
+                self._acked(msg)
             case p.Error():
                 log.warning("storm-mm reported an error: %s: %s", msg.code, msg.text)
             case _:
                 log.warning("unexpected %s from the MM", msg.op)
+
+    def _acked(self, msg: p.Ack) -> None:
+        """The MM has a job's final report: nothing of the job need remain on the node."""
+        job = self.jobs.get(msg.job_id)
+        if job is not None and job.done is not None and msg.what == p.JobNodeDone.op:
+            self.local.forget(job)
+            self.classifier.forget(msg.job_id)
+            if self.profiler is not None:
+                self.profiler.forget(msg.job_id)
 
     # ---------------------------------------------------------------------------------------------- launch
 

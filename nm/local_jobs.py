@@ -26,6 +26,7 @@ from storm.nm.jobdir import JobDir, job_dirs
 from storm.nm.monitor import Monitor
 from storm.nm.pmi import mpich_shm_names
 from storm.nm.processes import Processes
+from storm.nm.profile import Profiler
 from storm.nm.switcher import ContextSwitcher
 
 log = logging.getLogger("storm.nm")
@@ -75,6 +76,7 @@ class LocalJobs:
         processes: Processes,
         switcher: ContextSwitcher,
         monitor: Monitor,
+        profiler: Profiler | None = None,
     ) -> None:
         self.config = config
         self.node = node
@@ -83,6 +85,7 @@ class LocalJobs:
         self.os = processes
         self.switcher = switcher
         self.monitor = monitor
+        self.profiler = profiler
         self.jobs: dict[int, LocalJob] = {}
         self.hook_library = find_hook_library()
         self.spin_ns = 120_000  # T_spin until the MM says otherwise (NodeRegistered.fcs.spin)
@@ -230,8 +233,9 @@ class LocalJobs:
         removed = self.os.remove_shm(mpich_shm_names(job.launch.kvsname, job.launch.node_index))
         if removed:
             log.info("job %d: removed shared memory left behind: %s", job.launch.job_id, ", ".join(removed))
+        profile = self.profiler.entries(job.launch.job_id) if self.profiler is not None else ()
         job.done = p.JobNodeDone(
-            job_id=job.launch.job_id, node=self.node, exits=exits, reason=job.stopped_by_nm
+            job_id=job.launch.job_id, node=self.node, exits=exits, reason=job.stopped_by_nm, profile=profile
         )
 
     def forget(self, job: LocalJob) -> None:

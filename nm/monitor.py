@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from storm.mm.protocol import RankStats
 from storm.mpihook.stats import FOREIGN_MPI, WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters
 from storm.nm.processes import Processes
+from storm.nm.profile import Snapshot
 
 log = logging.getLogger("storm.nm")
 
@@ -73,6 +74,10 @@ class JobMonitor:
         self.stopped_polling_ns = [0] * len(ranks)
         self._paused: dict[int, tuple[int, bool]] = {}  # index -> (monotonic ns at the stop, polling)
         self.sampled_ns = 0  # when the records were last read
+        # For the profile: when each rank started (monotonic ns) and how long it has been stopped in all.
+        self.start_ns = [0] * len(ranks)
+        self.stopped_all_ns = [0] * len(ranks)
+        self.resumed_ns = [0] * len(ranks)
 
     def sampled_since_stop(self, index: int) -> bool:
         paused = self._paused.get(index)
@@ -88,6 +93,9 @@ class JobMonitor:
         before the stop may predate a call it entered just before the signal (a whole slot misjudged)."""
         paused = self._paused.pop(index, None)
         counters = self.latest[index]
+        if paused is not None:
+            self.stopped_all_ns[index] += now_ns - paused[0]
+            self.resumed_ns[index] = now_ns
         if paused is not None and counters is not None and counters.in_call:
             since, polling = paused
             self.stopped_ns[index] += now_ns - since
@@ -124,6 +132,36 @@ class JobMonitor:
             t_cpu=max(0, work) / 1e9, t_comm=max(0, comm) / 1e9, c_comm=counters.events - base.events
         )
 
+    def snapshot(self, index: int, schedstat: tuple[int, int], now_ns: int) -> Snapshot:
+        """The rank's cumulative profile (nm/profile.py), from the kernel's ``schedstat`` and its record."""
+        counters = self.latest[index]
+        paused = self._paused.get(index)
+        poll = blocked = 0
+        if counters is not None and counters.active:
+            stopped_spinblocking = self.stopped_ns[index] - self.stopped_polling_ns[index]
+            poll = max(0, polled(counters) - self.stopped_polling_ns[index])
+            blocked = max(0, counters.block_ns - stopped_spinblocking)
+            if counters.in_call:
+                # The record counts a call's time when it returns; until then, estimate it from its start
+                # (since the rank last resumed), in the rank's wait mode: the totals correct themselves when
+                # the call returns.
+                since = max(counters.enter_ns, self.resumed_ns[index])
+                running = max(0, (paused[0] if paused else now_ns) - since)
+                if self.modes[index] == WAIT_SPINBLOCK:
+                    blocked += running
+                else:
+                    poll += running
+        stopped = self.stopped_all_ns[index] + (now_ns - paused[0] if paused else 0)
+        cpu, queued = schedstat
+        return Snapshot(
+            wall=now_ns - self.start_ns[index],
+            cpu=cpu,
+            queued=queued,
+            poll=poll,
+            blocked=blocked,
+            stopped=stopped,
+        )
+
     def reset(self, index: int, cpu_ns: int | None) -> None:
         """Start measuring afresh (FCS resets on a class change and on age expiry)."""
         counters = self.latest[index]
@@ -156,6 +194,9 @@ class Monitor:
         job = self.jobs.get(job_id)
         if job is not None:
             job.pids = {job.ranks.index(rank): pid for rank, pid in pids.items() if rank in job.ranks}
+            now = time.monotonic_ns()
+            for index in job.pids:
+                job.start_ns[index] = now
 
     def remove(self, job_id: int) -> None:
         """The job's ranks are gone: drop its segment and its name."""
@@ -192,6 +233,15 @@ class Monitor:
                 job.resume(index, now)
             else:
                 job.pause(index, now)
+
+    def snapshot(self, job_id: int, index: int) -> Snapshot | None:
+        """The rank's profile so far (one /proc read); None if it is not running (yet, or any more)."""
+        job = self.jobs.get(job_id)
+        pid = None if job is None else job.pids.get(index)
+        stat = self.os.schedstat(pid) if pid else None
+        if job is None or stat is None:
+            return None
+        return job.snapshot(index, stat, time.monotonic_ns())
 
     def measure_rank(self, job_id: int, index: int) -> Measurement | None:
         """The rank's measurement since its last reset (reads its CPU time from the kernel)."""

@@ -56,6 +56,10 @@ class Processes(Protocol):
         """CPU time of the process's main thread in nanoseconds (the kernel's accounting), None if gone."""
         ...
 
+    def schedstat(self, pid: int) -> tuple[int, int] | None:
+        """The main thread's CPU time and its time runnable but waiting for a CPU (ns); None if gone."""
+        ...
+
     def set_nice(self, pgid: int, nice: int) -> None:
         """The scheduling priority (nice value) of every thread of a process group; gone is no error."""
         ...
@@ -121,10 +125,15 @@ class LinuxProcesses:
             os.setpriority(os.PRIO_PGRP, pgid, nice)
 
     def cpu_ns(self, pid: int) -> int | None:
+        stat = self.schedstat(pid)
+        return None if stat is None else stat[0]
+
+    def schedstat(self, pid: int) -> tuple[int, int] | None:
         try:
             with open(f"/proc/{pid}/schedstat", "rb") as f:
-                return int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
+                on_cpu, waiting, _slices = f.read().split()
+            return int(on_cpu), int(waiting)
+        except (OSError, ValueError):
             return None
 
     def session_members(self, sid: int) -> list[int]:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from storm.mm.config import MMConfig
 from storm.mm.core import Controller
-from storm.mm.protocol import ClassChange, FcsParameters, JobRows, JobStats, LaunchJob, RankStats
+from storm.mm.protocol import (
+    ClassChange,
+    FcsParameters,
+    JobNodeDone,
+    JobRows,
+    JobStats,
+    LaunchJob,
+    ProfileEntry,
+    RankExit,
+    RankStats,
+)
 from storm.mm.store import Store
 from tests.test_core import T0, S, done, launched, reg, spec, state, stored, take
 
@@ -128,6 +140,24 @@ def test_class_changes_are_stored_and_the_latest_measurements_served(store: Stor
     change = ClassChange(job_id=a, rank=0, node="n1", time=T0 + 2, old="CS", new="F", tslots=20)
     ctl.job_stats(JobStats(job_id=a, node="n1", ranks=(rank,), changes=(change,)), T0 + 2)
     ctl.job_stats(JobStats(job_id=a + 99, node="n1", ranks=(rank,), changes=(change,)), T0 + 2)  # unknown job
-    assert ctl.classes(()) == [rank] and ctl.classes((a,)) == [rank]
+    assert ctl.reports.processes(()) == [rank] and ctl.reports.processes((a,)) == [rank]
     assert store.class_changes([a]) == [change]
     assert store.class_changes([a + 99]) == []  # nothing is recorded for a job the MM does not run there
+
+
+def test_a_jobs_profile_is_live_while_it_runs_and_stored_when_it_ends(store: Store) -> None:
+    ctl = fcs(store)
+    a = start(ctl)
+    live = ProfileEntry(rank=0, node="n1", klass="CS", wall=1.0, compute=0.5, poll=0.1, blocked=0.0,
+                        stopped=0.4, queued=0.0)  # fmt: skip
+    ctl.job_stats(JobStats(job_id=a, node="n1", ranks=(), profile=(live,)), T0 + 1)
+    assert ctl.stats_view(a, T0 + 1.5).profile == (live,)
+    final = {n: dataclasses.replace(live, node=n, rank=i, wall=2.0) for i, n in enumerate(("n1", "n2"))}
+    for node, entry in final.items():
+        exits = (RankExit(rank=entry.rank, exit_code=0),)
+        msg = JobNodeDone(job_id=a, node=node, exits=exits, profile=(entry,))
+        ctl.job_node_done(msg, T0 + 2)
+        ctl.job_node_done(msg, T0 + 2)  # re-sent: stored once
+    assert state(ctl, a) is S.COMPLETED
+    view = ctl.stats_view(a, T0 + 3)
+    assert (view.state, view.ranks, view.profile) == ("COMPLETED", (), (final["n1"], final["n2"]))

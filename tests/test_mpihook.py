@@ -238,9 +238,10 @@ def test_spin_block_gives_the_cpu_away_and_the_nm_switches_modes_at_any_time(
     op: str, hook: Path, pingpong: Path
 ) -> None:
     """Rank 1 waits (MPI_Recv, or MPI_Allreduce) for rank 0, stopped for a second: polling it keeps a CPU
-    busy, spin-blocking it does not; switched back to polling in the middle of that wait, it polls again."""
-    poll, spinblock, back = bench.stopped_peer(pingpong, hook, op, seconds=1.0)
-    assert poll.demanded > 0.8 and poll.block_ns == 0, poll
+    busy, spin-blocking it does not; switched in the middle of a wait, the rest of the wait follows."""
+    poll, turned, spinblock, back = bench.stopped_peer(pingpong, hook, op, seconds=1.0)
+    assert poll.demanded > 0.8, poll
+    assert turned.used < 0.10 and turned.block_ns > 0.9 * turned.seconds, turned  # poll, then spin-block
     assert spinblock.used < 0.10, spinblock
     assert spinblock.block_ns > 0.9 * spinblock.seconds and spinblock.spin_ns < 1_000_000, spinblock
     assert back.demanded > 0.8, back

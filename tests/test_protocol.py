@@ -39,6 +39,11 @@ RANK_STATS = p.RankStats(
     cslots=4,
     tslots=9,
 )
+PROFILE = (
+    p.ProfileEntry(rank=1, node="n1", klass="F", wall=10.0, compute=4.0, poll=0.5, blocked=3.0, stopped=1.0,
+                   queued=1.25),
+    p.ProfileEntry(rank=1, node="n1", wall=2.0, compute=2.0, poll=0.0, blocked=0.0, stopped=0.0, queued=0.0),
+)  # fmt: skip
 CHANGE = p.ClassChange(job_id=3, rank=1, node="n1", time=1700000000.5, old="CS", new="F", tslots=20)
 EXITS = (RankExit(rank=0, exit_code=0), RankExit(rank=1, signal=9), RankExit(rank=2, error="no such file"))
 SLOTS = (RankSlot(rank=2, pe=0), RankSlot(rank=3, pe=5))
@@ -86,11 +91,13 @@ EXAMPLES: dict[str, p.Message] = {
     ),
     "heartbeat": p.Heartbeat(epoch="m", seq=41, row=1, sent=1700000000.25, slice=0.1, resets=(3, 4)),
     "job_rows": p.JobRows(rows={"3": 0, "4": 1}),
-    "job_stats": p.JobStats(job_id=3, node="n1", ranks=(RANK_STATS,), changes=(CHANGE,)),
+    "job_stats": p.JobStats(job_id=3, node="n1", ranks=(RANK_STATS,), changes=(CHANGE,), profile=PROFILE),
     "get_classes": p.GetClasses(req=10, job_ids=(3,), history=True),
     "classes": p.ClassesView(req=10, processes=(RANK_STATS,), changes=(CHANGE, CHANGE)),
     "get_stats": p.GetStats(req=9, job_id=3),
-    "stats": p.StatsView(req=9, job_id=3, state="RUNNING", age=0.5, ranks=(RANK_STATS, RANK_STATS)),
+    "stats": p.StatsView(
+        req=9, job_id=3, state="RUNNING", age=0.5, ranks=(RANK_STATS, RANK_STATS), profile=PROFILE
+    ),
     "get_matrix": p.GetMatrix(req=8),
     "matrix": p.MatrixView(
         req=8,
@@ -123,7 +130,7 @@ EXAMPLES: dict[str, p.Message] = {
     ),
     "kill_job": p.KillJob(job_id=1, reason="time limit"),
     "job_launched": p.JobLaunched(job_id=1, node="n1", pids={"0": 100, "1": 101}),
-    "job_node_done": p.JobNodeDone(job_id=1, node="n1", exits=EXITS),
+    "job_node_done": p.JobNodeDone(job_id=1, node="n1", exits=EXITS, reason="shutting down", profile=PROFILE),
     "rank_failed": p.RankFailed(job_id=1, node="n2", exit=RankExit(rank=3, exit_code=4, error="boom")),
     "ack": p.Ack(job_id=1, what="job_node_done"),
     "pmi_barrier_in": p.PmiBarrierIn(job_id=1, node="n1", seq=2, kvs={"k": "v"}),
@@ -349,6 +356,16 @@ def launch_body(**changes: Any) -> dict[str, Any]:
                 "changes": [{"job_id": 1, "rank": 0, "node": "n", "time": 1.0, "old": "CS", "new": "XX"}],
             },
             "job_stats.changes[0]: classes are CS, F or DC",
+        ),
+        (
+            {
+                "op": "job_stats",
+                "job_id": 1,
+                "node": "n",
+                "ranks": [],
+                "profile": [{**dataclasses.asdict(PROFILE[0]), "klass": "X"}],
+            },
+            "job_stats.profile[0]: klass must be CS, F, DC or empty",
         ),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import sqlite3
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storm.mm.jobs import Job, JobSpec, JobState, advance
-from storm.mm.protocol import ClassChange
+from storm.mm.protocol import ClassChange, ProfileEntry
 from storm.mm.store import SCHEMA_VERSION, NodeRecord, Store, StoreError
 
 Opener = Callable[..., Store]
@@ -243,3 +244,17 @@ def test_class_changes_survive_a_restart_in_time_order_per_job(db: Path, open_st
     assert again.class_changes([1]) == [early, late]
     assert again.class_changes([2, 1]) == [other, early, late]
     assert again.class_changes([3]) == []
+
+
+def test_a_jobs_profile_survives_a_restart(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    cs = ProfileEntry(rank=0, node="n1", klass="CS", wall=3.0, compute=1.0, poll=0.5, blocked=0.0,
+                      stopped=1.5, queued=0.0)  # fmt: skip
+    dc = dataclasses.replace(cs, klass="DC", rank=1, node="n2", blocked=0.25)
+    store.add_profile(4, [dc])
+    store.add_profile(4, [cs])
+    store.add_profile(5, [cs])
+    store.close()
+    again = open_store(db)
+    assert again.profile(4) == [cs, dc]  # by rank, then class
+    assert again.profile(6) == []

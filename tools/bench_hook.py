@@ -535,7 +535,8 @@ def hold(segment: HookSegment, pid: int, label: str, seconds: float) -> Hold:
 
 
 def stopped_peer(pingpong: Path, hook: Path, op: str = "sendrecv", seconds: float = 1.0) -> list[Hold]:
-    """Rank 1 waiting for a stopped rank 0: polling, spin-blocking, then switched to polling mid-wait."""
+    """Rank 1 waiting for a stopped rank 0: polling, then switched to spin-block mid-wait; spin-blocking, then
+    switched to polling mid-wait."""
     holds = []
     with (
         hook_segment(2) as segment,
@@ -550,12 +551,19 @@ def stopped_peer(pingpong: Path, hook: Path, op: str = "sendrecv", seconds: floa
             before = counters(segment, 1)
             time.sleep(0.05)  # rank 1 through its spin phase
             phase = [hold(segment, pid1, label, seconds)]
-            if mode == WAIT_SPINBLOCK:  # storm-nm switches it back to polling in the middle of the wait
-                set_mode(segment, WAIT_POLL)
-                time.sleep(0.05)
-                phase.append(hold(segment, pid1, "spin-block, then poll (same call)", seconds / 2))
+            # storm-nm switches it to the other mode in the middle of the wait
+            other, then = (WAIT_POLL, "poll") if mode == WAIT_SPINBLOCK else (WAIT_SPINBLOCK, "spin-block")
+            set_mode(segment, other)
+            time.sleep(0.05)  # through a spin phase
+            phase.append(hold(segment, pid1, f"{label}, then {then} (same call)", seconds / 2))
             os.kill(pid0, signal.SIGCONT)
-            wait_until(lambda: counters(segment, 1).calls > before.calls, 10.0, "rank 1's wait to end")  # noqa: B023
+            # The stalled call has returned once its time is in comm_ns (a later call may have begun sooner).
+            stalled = int(0.9 * sum(h.seconds for h in phase) * 1e9)
+            wait_until(
+                lambda: counters(segment, 1).comm_ns - before.comm_ns >= stalled,  # noqa: B023
+                10.0,
+                "rank 1's wait to end",
+            )
             after = counters(segment, 1)
             for h in phase:
                 h.block_ns, h.spin_ns = after.block_ns - before.block_ns, after.spin_ns - before.spin_ns

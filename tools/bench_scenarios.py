@@ -28,10 +28,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from storm.mm import protocol as p
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 from storm.tools.scenarios import (
     POLICIES,
+    PROFILE_PARTS,
     SCENARIOS,
     RunResult,
     Scenario,
@@ -52,7 +54,7 @@ def running_cluster(
 ) -> Iterator[LocalCluster]:
     cluster = LocalCluster(
         dir=directory, nodes=nodes, pes_per_node=pes_per_node, policy=policy, mm_settings=mm or {},
-        nm_settings={"kill_grace": 1.0},
+        nm_settings={"kill_grace": 1.0, "profile": True},
     )  # fmt: skip
     try:
         cluster.up()
@@ -74,7 +76,8 @@ def run_scenario(client: Client, scenario: Scenario, work: Path, unit: float) ->
         text = out.read_text() if out.exists() else ""
         if info.state != "COMPLETED" or info.end_time is None or "bsp: OK" not in text:
             raise RuntimeError(f"{scenario.name}: job {info.id} {info.state} {info.reason}: {text[-300:]}")
-    return run_result([i.submit_time for i in infos], [i.end_time or 0.0 for i in infos])
+    profile = [e for i in infos for e in client.call(p.GetStats(job_id=i.id), p.StatsView).profile]
+    return run_result([i.submit_time for i in infos], [i.end_time or 0.0 for i in infos], profile)
 
 
 def client_ranks(client: Client) -> int:
@@ -104,7 +107,7 @@ def run(
 ) -> Json:
     started = time.time()
     load = os.getloadavg()[0]
-    runs: dict[str, dict[str, list[RunResult]]] = {s: {p: [] for p in policies} for s in scenarios}
+    runs: dict[str, dict[str, list[RunResult]]] = {s: {pol: [] for pol in policies} for s in scenarios}
     plans = [build(name, length, nodes, pes) for name in scenarios]
     with tempfile.TemporaryDirectory(prefix="storm-scenarios-") as tmp:
         work = Path(tmp)
@@ -161,6 +164,7 @@ def summarise(runs: dict[str, dict[str, list[RunResult]]], unit: float) -> Json:
                     "turnaround": best.turnaround / unit,
                     "mean_response": best.mean_response / unit,
                 },
+                "profile_shares": profile_shares(best.profile),
                 "paper_in_units": None if paper is None else {
                     "completion": list(paper[0]), "turnaround": paper[1], "mean_response": paper[2],
                 },
@@ -180,6 +184,32 @@ def summarise(runs: dict[str, dict[str, list[RunResult]]], unit: float) -> Json:
             row["mean_response_over_best"] = row["best"]["mean_response"] / best_response
         summary[name] = rows
     return summary
+
+
+def profile_shares(profile: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each class's share of its processes' wall time per category, and its share of all process time."""
+    everything = sum(row["wall"] for row in profile.values()) or 1.0
+    return {
+        klass: {
+            "of_all": row["wall"] / everything,
+            **{k: v / row["wall"] if row["wall"] else 0.0 for k, v in row.items() if k != "wall"},
+        }
+        for klass, row in profile.items()
+    }
+
+
+def profile_table(rows: Json) -> list[str]:
+    """Where the processes' time went in each policy's best run, per class, in % of their wall time."""
+    parts = [*PROFILE_PARTS, "other"]
+    lines = [
+        "| policy | class | share of process time | " + " | ".join(parts) + " |",
+        "|---|---|---:|" + "---:|" * len(parts),
+    ]
+    for policy, row in rows.items():
+        for klass, shares in sorted(row["profile_shares"].items()):
+            cells = " | ".join(f"{100 * shares[k]:.0f}%" for k in parts)
+            lines.append(f"| {policy} | {klass} | {100 * shares['of_all']:.0f}% | {cells} |")
+    return lines
 
 
 def markdown(result: Json) -> str:
@@ -221,6 +251,10 @@ def markdown(result: Json) -> str:
                 + f" | {best['mean_response']:.1f} ({median['mean_response']:.1f})"
                 + f" | {'-' if ratio is None else f'{ratio:.3f}'} | {ours} | {theirs} |"
             )  # fmt: skip
+        best = min(rows, key=lambda policy: rows[policy]["best"]["turnaround"])
+        if any(row["profile_shares"] for row in rows.values()):
+            note = "" if best == "fcs" else f" FCS is not the best here ({best} is):"
+            lines += ["", f"Where the time went.{note}", "", *profile_table(rows)]
         lines.append("")
     return "\n".join(lines)
 
@@ -238,8 +272,8 @@ def main(argv_: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="write the tables here")
     args = parser.parse_args(argv_)
     scenarios = [s for s in args.scenarios.split(",") if s]
-    policies = [p for p in args.policies.split(",") if p]
-    bad = [s for s in scenarios if s not in SCENARIOS] + [p for p in policies if p not in POLICIES]
+    policies = [pol for pol in args.policies.split(",") if pol]
+    bad = [s for s in scenarios if s not in SCENARIOS] + [pol for pol in policies if pol not in POLICIES]
     if bad or not scenarios or not policies or args.repeats < 1 or args.length <= 0 or args.nodes < 2:
         parser.error(
             f"unknown {', '.join(bad)}" if bad else "need scenarios, policies, --repeats >= 1, --length > 0, "

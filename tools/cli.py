@@ -244,6 +244,7 @@ def add_view_commands(sub: Any) -> None:
     m.set_defaults(func=views.cmd_matrix)
     st = sub.add_parser("stats", help="a running job's MPI communication, per rank (mpihook)")
     st.add_argument("job_id", type=int, metavar="JOBID")
+    st.add_argument("--profile", action="store_true", help="where each process's time went, per class")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=views.cmd_stats)
     cl = sub.add_parser("classes", help="FCS: each process's class and measurements (or --history)")

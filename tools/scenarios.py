@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from storm.mm.protocol import ProfileEntry
 
 GRANULARITY = 0.001
 POLICIES = ("batch", "gang", "sb", "fcs")
@@ -109,13 +111,19 @@ def argv(plan: JobPlan) -> list[str]:
 # ------------------------------------------------------------------------------------------- results
 
 
+PROFILE_PARTS = ("compute", "poll", "blocked", "stopped", "queued")
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One run of a scenario: each job's completion time (seconds from the first submission) and response
-    time (seconds from its own submission), in the order of the scenario's jobs."""
+    time (seconds from its own submission), in the order of the scenario's jobs; and where its processes'
+    time went, per class: class ("-" outside FCS) -> wall, the PROFILE_PARTS and other -> seconds, summed
+    over every process of every job."""
 
     completion: tuple[float, ...]
     response: tuple[float, ...]
+    profile: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def turnaround(self) -> float:
@@ -126,12 +134,27 @@ class RunResult:
         return statistics.mean(self.response)
 
 
-def run_result(submits: Sequence[float], ends: Sequence[float]) -> RunResult:
+def run_result(
+    submits: Sequence[float], ends: Sequence[float], profile: Iterable[ProfileEntry] = ()
+) -> RunResult:
     first = min(submits)
     return RunResult(
         completion=tuple(e - first for e in ends),
         response=tuple(e - s for s, e in zip(submits, ends, strict=True)),
+        profile=profile_totals(profile),
     )
+
+
+def profile_totals(entries: Iterable[ProfileEntry]) -> dict[str, dict[str, float]]:
+    totals: dict[str, dict[str, float]] = {}
+    for e in entries:
+        row = totals.setdefault(e.klass or "-", dict.fromkeys(("wall", *PROFILE_PARTS, "other"), 0.0))
+        parts = [getattr(e, name) for name in PROFILE_PARTS]
+        for name, value in zip(PROFILE_PARTS, parts, strict=True):
+            row[name] += value
+        row["wall"] += e.wall
+        row["other"] += max(0.0, e.wall - sum(parts))
+    return totals
 
 
 def best_and_median(runs: Sequence[RunResult]) -> tuple[RunResult, RunResult]:

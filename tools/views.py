@@ -130,6 +130,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(as_json(view), indent=1))
         return 0
+    if args.profile:
+        return print_profile(view)
     if not view.ranks:
         live = view.state in ("PENDING", "STARTING", "RUNNING")
         print(
@@ -152,6 +154,26 @@ def cmd_stats(args: argparse.Namespace) -> int:
     ]  # fmt: skip
     headers = ("RANK", "NODE", "PID", "STATE", "T_CPU(s)", "T_COMM(s)", "C_COMM", "CPU/EV(ms)", "WAIT/EV(ms)",
                "G(ms)", "WAIT")  # fmt: skip
+    print(table(headers, rows))
+    return 0
+
+
+PROFILE_PARTS = ("compute", "poll", "blocked", "stopped", "queued")
+
+
+def print_profile(view: p.StatsView) -> int:
+    """Where each process's time went, per class, in seconds and in % of its wall time."""
+    if not view.profile:
+        print(f"job {view.job_id} ({view.state}): no profile (the nodes profile with [nm] profile = true)")
+        return 0
+    rows = []
+    for e in view.profile:
+        parts = [getattr(e, name) for name in PROFILE_PARTS]
+        other = max(0.0, e.wall - sum(parts))
+        cells = [f"{v:.2f} ({100 * v / e.wall:.0f}%)" if e.wall > 0 else "-" for v in (*parts, other)]
+        rows.append((e.rank, e.node, e.klass or "-", f"{e.wall:.2f}", *cells))
+    headers = ("RANK", "NODE", "CLASS", "WALL(s)", *(n.upper() for n in PROFILE_PARTS), "OTHER")
+    print(f"job {view.job_id} ({view.state}): where each process's time went, per class (seconds)")
     print(table(headers, rows))
     return 0
 
