@@ -85,6 +85,7 @@ class FcsConfig:
     cs_thresh: float = FcsParameters.cs_thresh
     f_thresh: float = 0.0  # 0: 0.85 x cs_thresh, as in the paper
     tslots_max: int = FcsParameters.tslots_max
+    f_priority: str = FcsParameters.f_priority
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +107,7 @@ class StormConfig:
             cs_thresh=fcs.cs_thresh,
             f_thresh=fcs.f_thresh or 0.85 * fcs.cs_thresh,
             tslots_max=fcs.tslots_max,
+            f_priority=fcs.f_priority,
         )
 
     def node_cpus(self) -> list[int]:

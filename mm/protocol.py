@@ -229,8 +229,12 @@ class FcsParameters:
     cs_thresh: float = 0.002
     f_thresh: float = 0.85 * 0.002
     tslots_max: int = 32768
+    # Which F processes have priority over the DC processes of their PE: the one whose slot it is (the
+    # paper's Algorithm 1), or every F process in every slot without a CS process ("always").
+    f_priority: str = "slot"
 
     def __post_init__(self) -> None:
+        _check(self.f_priority in ("slot", "always"), "f_priority must be 'slot' or 'always'")
         _check(
             0 < self.f_thresh <= self.cs_thresh < self.dc_thresh, "need 0 < F_thresh <= CS_thresh < DC_thresh"
         )

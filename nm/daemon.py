@@ -157,6 +157,7 @@ class NodeManager:
         """Follow the policy of the MM just registered with (heartbeats under gang and FCS)."""
         self.policy = self.switcher.policy = msg.policy
         self.classifier.constants = msg.fcs
+        self.switcher.f_priority = msg.fcs.f_priority
         self.monitor.spin_ns = self.local.spin_ns = int(msg.fcs.spin * 1e9)
         if not self.config.nm.heartbeat_timeout:
             self.follower.timeout = max(1.0, 10 * msg.slice)

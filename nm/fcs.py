@@ -118,8 +118,13 @@ class Decision:
     prioritized: bool = False
 
 
-def context_switch(processes: Iterable[Process], active_row: int | None) -> dict[tuple[int, int], Decision]:
-    """Algorithm 1 for every PE of a node; ``active_row`` None lets every process run (no heartbeats)."""
+def context_switch(
+    processes: Iterable[Process], active_row: int | None, *, f_always: bool = False
+) -> dict[tuple[int, int], Decision]:
+    """Algorithm 1 for every PE of a node; ``active_row`` None lets every process run (no heartbeats).
+
+    ``f_always``: every F process has priority over the PE's DC processes, not only in its own slot.
+    """
     by_pe: dict[int, list[Process]] = {}
     for proc in processes:
         by_pe.setdefault(proc.pe, []).append(proc)
@@ -141,6 +146,6 @@ def context_switch(processes: Iterable[Process], active_row: int | None) -> dict
             decisions[proc.key] = Decision(
                 run=flexible,
                 spin_block=flexible,
-                prioritized=flexible and proc.klass is Klass.F and proc.row == active_row,
+                prioritized=proc.klass is Klass.F and (f_always or proc.row == active_row),
             )
     return decisions

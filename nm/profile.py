@@ -49,13 +49,16 @@ class Totals:
     queued: int = 0
 
     def add(self, new: Snapshot, old: Snapshot) -> None:
-        poll = new.poll - old.poll
-        self.wall += new.wall - old.wall
-        self.compute += max(0, (new.cpu - old.cpu) - poll)
+        wall, cpu, poll = new.wall - old.wall, new.cpu - old.cpu, new.poll - old.poll
+        stopped, queued = new.stopped - old.stopped, new.queued - old.queued
+        self.wall += wall
+        self.compute += max(0, cpu - poll)
         self.poll += poll
-        self.blocked += new.blocked - old.blocked
-        self.stopped += new.stopped - old.stopped
-        self.queued += new.queued - old.queued
+        # mpihook's block phase lasts until the call returns, so it includes the wait for a CPU after the
+        # wake-up, which the kernel counts as queued: blocked is what is left of the wall time.
+        self.blocked += max(0, min(new.blocked - old.blocked, wall - cpu - stopped - queued))
+        self.stopped += stopped
+        self.queued += queued
 
 
 class Profiler:

@@ -70,6 +70,7 @@ class ContextSwitcher:
         self.policy = "batch"
         self.units: dict[Key, Unit] = {}
         self.classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)
+        self.f_priority = "slot"  # FCS: which F processes have priority (FcsParameters.f_priority)
         self.active: int | None = None
         self.durations: deque[float] = deque(maxlen=SAMPLES)  # seconds from arrival to effect
         self.switches = 0
@@ -116,7 +117,7 @@ class ContextSwitcher:
                 Process(key=key, pe=u.pe, row=u.row, klass=self.classes.get(key, Klass.CS))
                 for key, u in self.units.items()
             )
-            return context_switch(processes, active)
+            return context_switch(processes, active, f_always=self.f_priority == "always")
         spin = self.policy == "sb"
         gang = self.policy == "gang" and active is not None
         return {

@@ -134,3 +134,11 @@ def test_at_a_reset_a_process_takes_the_mms_count_of_the_jobs_slots(before: int,
     state = ProcessClass(klass=Klass.F, cslots=5, tslots=before)
     new, _ = end_of_slot(state, None, small, job_reset=True)
     assert (new.klass, new.tslots) == (Klass.CS, after)
+
+
+def test_with_f_priority_always_every_f_outranks_the_dc_processes_of_its_pe() -> None:
+    specs = procs((1, 0, Klass.CS), (2, 1, Klass.F), (3, 2, Klass.DC), (4, 3, Klass.F))
+    decisions = context_switch(specs, 2, f_always=True)  # the DC process's own slot
+    assert decisions[(2, 0)].prioritized and decisions[(4, 0)].prioritized
+    assert not decisions[(3, 0)].prioritized and decisions[(3, 0)].run
+    assert context_switch(specs, 0, f_always=True)[(2, 0)] == Decision(run=False, spin_block=True)  # CS slot

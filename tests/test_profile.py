@@ -64,3 +64,11 @@ def test_a_call_still_waiting_counts_from_its_start_in_the_ranks_wait_mode(segme
     monitor.set_wait(5, 0, spin_block=True)
     blocking = job.snapshot(0, (0, 0), now_ns=1_000 * MS)
     assert (blocking.poll, blocking.blocked) == (10 * MS, 600 * MS)
+
+
+def test_blocked_time_never_counts_the_wait_for_a_cpu_twice() -> None:
+    """mpihook's block phase ends when the call returns, after the wait for a CPU the kernel counts."""
+    profiler = Profiler("n1")
+    profiler.update((1, 0), Snapshot(wall=100 * MS, cpu=30 * MS, blocked=70 * MS, queued=20 * MS), "DC")
+    (entry,) = profiler.entries(1)
+    assert (entry.blocked, entry.queued, entry.compute) == pytest.approx((0.05, 0.02, 0.03))

@@ -41,6 +41,7 @@ from storm.tools.scenarios import (
     best_and_median,
     build,
     paper_normalised,
+    parse_policy,
     run_result,
 )
 
@@ -50,11 +51,17 @@ JOB_TIMEOUT_FACTOR = 20.0  # a job is given this many building blocks of time be
 
 @contextlib.contextmanager
 def running_cluster(
-    directory: Path, nodes: int, policy: str, *, pes_per_node: int, mm: dict[str, object] | None = None
+    directory: Path,
+    nodes: int,
+    policy: str,
+    *,
+    pes_per_node: int,
+    mm: dict[str, object] | None = None,
+    fcs: dict[str, object] | None = None,
 ) -> Iterator[LocalCluster]:
     cluster = LocalCluster(
         dir=directory, nodes=nodes, pes_per_node=pes_per_node, policy=policy, mm_settings=mm or {},
-        nm_settings={"kill_grace": 1.0, "profile": True},
+        nm_settings={"kill_grace": 1.0, "profile": True}, fcs_settings=fcs or {},
     )  # fmt: skip
     try:
         cluster.up()
@@ -114,18 +121,20 @@ def run(
         unit_times = measure_unit(work, nodes, pes, length, repeats)
         unit = statistics.median(unit_times)
         for rep in range(repeats):
-            for policy in policies if rep % 2 == 0 else list(reversed(policies)):
+            for label in policies if rep % 2 == 0 else list(reversed(policies)):
+                policy, settings = parse_policy(label)
                 mm: dict[str, object] = {"mpl": 1 if policy == "batch" else 3, "slice": slice_ms / 1000}
-                directory = work / f"{policy}-{rep}"
+                fcs = {k: setting_value(v) for k, v in settings.items()}
+                directory = work / f"{policy}-{len(settings)}-{rep}"
                 with (
-                    running_cluster(directory, nodes, policy, pes_per_node=pes, mm=mm) as cluster,
+                    running_cluster(directory, nodes, policy, pes_per_node=pes, mm=mm, fcs=fcs) as cluster,
                     cluster.client() as client,
                 ):
                     for scenario in plans:
                         result = run_scenario(client, scenario, directory, unit)
-                        runs[scenario.name][policy].append(result)
+                        runs[scenario.name][label].append(result)
                         print(
-                            f"  run {rep + 1}/{repeats} {policy:5} {scenario.name:13} turnaround "
+                            f"  run {rep + 1}/{repeats} {label:5} {scenario.name:13} turnaround "
                             f"{result.turnaround:7.2f} s, mean response {result.mean_response:7.2f} s",
                             flush=True,
                         )
@@ -145,6 +154,16 @@ def run(
     }  # fmt: skip
 
 
+def setting_value(text: str) -> object:
+    """A variant's setting as storm.toml would hold it: a number where it reads as one, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
 def summarise(runs: dict[str, dict[str, list[RunResult]]], unit: float) -> Json:
     summary: Json = {}
     for name, by_policy in runs.items():
@@ -153,7 +172,7 @@ def summarise(runs: dict[str, dict[str, list[RunResult]]], unit: float) -> Json:
             if not results:
                 continue
             best, median = best_and_median(results)
-            paper = paper_normalised(name, policy)
+            paper = paper_normalised(name, parse_policy(policy)[0])
             rows[policy] = {
                 "best": {**asdict(best), "turnaround": best.turnaround, "mean_response": best.mean_response},
                 "median": {
@@ -262,7 +281,11 @@ def markdown(result: Json) -> str:
 def main(argv_: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="storm bench scenarios", description=__doc__.split("\n")[0])
     parser.add_argument("--scenarios", default=",".join(SCENARIOS[1:]), help=f"any of {','.join(SCENARIOS)}")
-    parser.add_argument("--policies", default=",".join(POLICIES), help="default: batch,gang,sb,fcs")
+    parser.add_argument(
+        "--policies",
+        default=",".join(POLICIES),
+        help="default: batch,gang,sb,fcs; a variant with [fcs] settings: fcs@f_priority=always;cslots_min=10",
+    )
     parser.add_argument("--repeats", "-r", type=int, default=3, help="runs of each (default 3)")
     parser.add_argument("--length", type=float, default=10.0, help="building block's seconds (default 10)")
     parser.add_argument("--nodes", "-N", type=int, default=2, help="node managers (default 2)")
@@ -273,7 +296,7 @@ def main(argv_: list[str] | None = None) -> int:
     args = parser.parse_args(argv_)
     scenarios = [s for s in args.scenarios.split(",") if s]
     policies = [pol for pol in args.policies.split(",") if pol]
-    bad = [s for s in scenarios if s not in SCENARIOS] + [pol for pol in policies if pol not in POLICIES]
+    bad = [s for s in scenarios if s not in SCENARIOS] + [pol for pol in policies if not known(pol)]
     if bad or not scenarios or not policies or args.repeats < 1 or args.length <= 0 or args.nodes < 2:
         parser.error(
             f"unknown {', '.join(bad)}" if bad else "need scenarios, policies, --repeats >= 1, --length > 0, "
@@ -291,6 +314,14 @@ def main(argv_: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
         print(f"raw figures: {args.json}")
     return 0
+
+
+def known(label: str) -> bool:
+    try:
+        parse_policy(label)
+    except ValueError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -104,6 +104,18 @@ def build(name: str, length: float, nodes: int, pes_per_node: int) -> Scenario:
 SCENARIOS = ("alone", "balanced", "imbalanced", "complementing", "mixed")
 
 
+def parse_policy(label: str) -> tuple[str, dict[str, str]]:
+    """A policy as the benchmark names it: ``fcs``, or a variant with [fcs] settings such as
+    ``fcs@f_priority=always`` or ``fcs@cslots_min=10;f_priority=always``; ValueError if it is none."""
+    policy, _, settings = label.partition("@")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}")
+    pairs = [item.partition("=") for item in settings.split(";") if item]
+    if any(not key or not sep for key, sep, _ in pairs):
+        raise ValueError(f"{label!r}: settings are key=value, separated by ';'")
+    return policy, {key: value for key, _, value in pairs}
+
+
 def argv(plan: JobPlan) -> list[str]:
     return [sys.executable, "-m", "storm.tools.apps.bsp", *plan.args]
 
