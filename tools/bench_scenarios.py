@@ -9,8 +9,9 @@ runs alone under batch (median of the repeats): the unit that normalises our tim
 
 Each scenario gets a table: per policy, each job's completion, the turnaround (the last completion) and
 the mean response, best and median of the repeats, the best turnaround over gang's, and the paper's figures
-in building-block units beside ours. ``--json`` keeps every raw figure, ``--markdown`` writes the tables.
-Scenarios are defined in tools/scenarios.py.
+in building-block units beside ours. ``--json`` keeps every raw figure, ``--markdown`` writes the tables,
+``--png`` draws each policy's turnaround and mean response over gang's beside the paper's
+(tools/scenario_chart.py). Scenarios are defined in tools/scenarios.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm import protocol as p
+from storm.tools import scenario_chart
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 from storm.tools.scenarios import (
@@ -293,6 +295,7 @@ def main(argv_: list[str] | None = None) -> int:
     parser.add_argument("--slice-ms", type=float, default=100.0, help="time slice (default 100)")
     parser.add_argument("--json", type=Path, help="write every raw figure here")
     parser.add_argument("--markdown", type=Path, help="write the tables here")
+    parser.add_argument("--png", type=Path, help="draw the bar chart here (needs matplotlib)")
     args = parser.parse_args(argv_)
     scenarios = [s for s in args.scenarios.split(",") if s]
     policies = [pol for pol in args.policies.split(",") if pol]
@@ -302,6 +305,8 @@ def main(argv_: list[str] | None = None) -> int:
             f"unknown {', '.join(bad)}" if bad else "need scenarios, policies, --repeats >= 1, --length > 0, "
             "--nodes >= 2 (the paper's imbalance alternates nodes)"
         )  # fmt: skip
+    if args.png and not chart_available():
+        parser.error("--png needs matplotlib: pip install 'storm[bench]'")
     result = run(
         scenarios, policies, repeats=args.repeats, length=args.length, nodes=args.nodes,
         pes=args.pes_per_node, slice_ms=args.slice_ms,
@@ -313,7 +318,22 @@ def main(argv_: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
         print(f"raw figures: {args.json}")
+    if args.png:
+        p = result["parameters"]
+        title = (
+            f"{p['nodes']} nodes x {p['pes_per_node']} PE, {p['length']:g} s building block, "
+            f"best of {p['repeats']}; black ticks: the paper"
+        )
+        scenario_chart.draw(result["summary"], args.png, title)
+        print(f"chart: {args.png}")
     return 0
+
+
+def chart_available() -> bool:
+    """Checked before the run, so that an hour of measuring does not end in an ImportError."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def known(label: str) -> bool:

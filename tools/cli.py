@@ -276,9 +276,9 @@ def add_cluster_commands(sub: Any) -> None:
     b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")
     kinds = (
         "launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost; "
-        "scenarios: the FCS paper's workloads under every policy"
+        "scenarios: the FCS paper's workloads under every policy; system: launch, gang and hook in one table"
     )
-    b.add_argument("which", choices=("launch", "gang", "hook", "scenarios"), help=kinds)
+    b.add_argument("which", choices=("launch", "gang", "hook", "scenarios", "system"), help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)
 
