@@ -29,6 +29,7 @@ from storm.mm.config import StormConfig
 from storm.mm.core import Controller, Rejected
 from storm.mm.jobs import JobSpec
 from storm.mm.priority import request_realtime
+from storm.mm.sd_notify import Notifier
 from storm.mm.store import Store
 
 log = logging.getLogger("storm.mm")
@@ -107,6 +108,7 @@ class MachineManager:
         self.heartbeats.setsockopt(zmq.SNDHWM, 4)
         self.waiters: dict[int, list[tuple[bytes, int]]] = {}
         self.stopping = asyncio.Event()
+        self.notify = Notifier.from_environment()  # systemd's Type=notify; nothing without it
 
     def _take_lock(self) -> int:
         fd = os.open(self.state_dir / "mm.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -155,11 +157,15 @@ class MachineManager:
             asyncio.create_task(self._serve(self.clients, self._client_message)),
             asyncio.create_task(self._serve(self.nodes, self._node_message)),
             asyncio.create_task(self._ticker()),
+            asyncio.create_task(self.notify.watchdog()),
         ]
         if heartbeat:
             tasks.append(asyncio.create_task(self._heartbeats()))
+        # Ready: the store is open, every socket bound and served, mm.json written.
+        self.notify.ready(f"policy {self.core.policy}; nodes on {node}; clients on {client}")
         await self.stopping.wait()
         log.info("storm-mm stopping")
+        self.notify.stopping()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -36,6 +36,7 @@ from storm.mm import protocol as p
 from storm.mm.config import StormConfig
 from storm.mm.daemon import bind, peer_credentials
 from storm.mm.priority import request_realtime
+from storm.mm.sd_notify import Notifier
 from storm.nm.classes import Classifier
 from storm.nm.fcs import Klass
 from storm.nm.gang import GangFollower
@@ -67,6 +68,7 @@ class NodeManager:
         self.registered = asyncio.Event()
         self.wake_reporter = asyncio.Event()
         self.stopping = asyncio.Event()
+        self.notify = Notifier.from_environment()  # systemd's Type=notify; before anything is started
         self.priority = request_realtime() if config.nm.realtime else "ordinary priority"
         self.ctx = zmq.asyncio.Context()  # after the priority: its I/O thread inherits it
         self.mm = self.ctx.socket(zmq.DEALER)
@@ -135,8 +137,13 @@ class NodeManager:
             asyncio.create_task(self._reporter()),
             asyncio.create_task(self._from_heartbeats()),
             asyncio.create_task(self._watchdog()),
+            asyncio.create_task(self.notify.watchdog()),
         ]
+        # Ready once job shells are served, without waiting for the MM: a node must come up (and keep its
+        # jobs) while the MM is down. The status says whether it has registered.
+        self.notify.ready(f"{len(self.cpus)} PEs; waiting for storm-mm at {self.config.nm.mm}")
         await self.stopping.wait()
+        self.notify.stopping()
         await self._shutdown()
         for t in tasks:
             t.cancel()
@@ -308,6 +315,7 @@ class NodeManager:
                 self.report_interval = msg.report_interval
                 self.registered.set()
                 log.info("registered with storm-mm %s%s", msg.mm_epoch[:8], "" if first else " (again)")
+                self.notify.status(f"{len(self.cpus)} PEs; registered with storm-mm {msg.mm_epoch[:8]}")
                 for job_id in msg.stale_jobs:
                     job = self.jobs.get(job_id)
                     if job is not None:
