@@ -53,6 +53,9 @@ class MMConfig:
     kill_timeout: float = 60.0
     # Run at real-time priority (SCHED_FIFO) where allowed: heartbeats go out on time under load.
     realtime: bool = True
+    # A job submitted with --requeue goes back to the queue after a node failure at most this many times
+    # (Slurm's MaxBatchRequeue, also 5); after that it ends NODE_FAIL. 0: never requeue.
+    max_requeues: int = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,6 +192,8 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError("fcs.spin_us must be between 0 and 1000000")
     if config.mm.node_timeout <= 0 or config.mm.kill_timeout <= 0:
         raise ConfigError("mm.node_timeout and mm.kill_timeout must be positive")
+    if config.mm.max_requeues < 0:
+        raise ConfigError("mm.max_requeues must not be negative (0: never requeue)")
     if config.mm.default_time_limit < 0:
         raise ConfigError("mm.default_time_limit must not be negative (0: no limit)")
     if config.mm.sync.upper() not in ("FULL", "NORMAL", "EXTRA"):

@@ -12,6 +12,11 @@ reason a node that comes back from DOWN takes no new job until it has stopped wh
 When storm ends a job itself (a cancel, a time limit, a failed rank, a lost node) it first records the
 *ending* (the terminal state it is heading for and why) in the store, then tells every node to stop the
 ranks; the job reaches that state once the last node has reported. A restarted MM finishes what it began.
+
+A job submitted with ``requeue`` that is heading for NODE_FAIL goes back to the queue instead (at most
+``max_requeues`` times), with the same id. Its ranks on a lost node may still run (a partition): such a node
+is not placed again until it has stopped them, and nothing it says of the old run (a launch, a failed rank,
+a final report) is taken for the new one, since the new run is on other nodes.
 """
 
 from __future__ import annotations
@@ -22,9 +27,9 @@ import secrets
 from dataclasses import dataclass, field
 
 from storm.mm.config import MMConfig
-from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration, outcome
+from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration, outcome, requeue
 from storm.mm.matrix import Matrix, Placement
-from storm.mm.nodes import DOWN, NodeRegistry
+from storm.mm.nodes import DOWN, UP, NodeRegistry
 from storm.mm.protocol import (
     FcsParameters,
     Heartbeat,
@@ -73,6 +78,8 @@ class Tracking:
     launched: set[str] = field(default_factory=set)
     # Nodes whose ranks of the job are gone, with their exits (empty for a node that was lost).
     done: dict[str, tuple[RankExit, ...]] = field(default_factory=dict)
+    # Nodes written off without confirming their ranks gone (lost, or silent past kill_timeout).
+    written_off: set[str] = field(default_factory=set)
     kill_time: float | None = None
     barriers: dict[int, dict[str, dict[str, str]]] = field(default_factory=dict)
     # The last barrier completed: (seq, merged kvs), kept durably until the job ends.
@@ -190,7 +197,8 @@ class Controller:
         for job in found:
             info = job.info()
             if job.state is JobState.PENDING and job.id in self.reasons:
-                info = dataclasses.replace(info, reason=self.reasons[job.id])
+                waits = self.reasons[job.id]
+                info = dataclasses.replace(info, reason=f"{waits} ({job.reason})" if job.requeues else waits)
             if job.id in self.active and now is not None:
                 info = dataclasses.replace(info, suspended_time=self.suspended(job, now))
             infos.append(info)
@@ -321,7 +329,7 @@ class Controller:
         node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
         for job_id in msg.jobs:
             job = self.active.get(job_id)
-            if job is not None and job.state is JobState.STARTING:
+            if job is not None and job.state is JobState.STARTING and msg.node in job.nodes:
                 self._launched(job, msg.node, now)  # the launch report may have been lost
             elif self._stop_if_over(msg.node, job_id):
                 self.outbox.append((msg.node, KillJob(job_id=job_id, reason="the job has ended")))
@@ -337,7 +345,8 @@ class Controller:
         node = self.registry.get(node_name)
         job = self.active.get(job_id)
         assert node is not None
-        if job is None or node_name in self.tracking[job_id].done:
+        # Not among the job's nodes: ranks of an earlier run of a requeued job, on a node that was lost.
+        if job is None or node_name not in job.nodes or node_name in self.tracking[job_id].done:
             node.stale.add(job_id)  # ended, or written off on this node: its PEs may be reused elsewhere
             return True
         if job.ending is not None:
@@ -346,7 +355,7 @@ class Controller:
 
     def job_launched(self, msg: JobLaunched, now: float) -> None:
         job = self.active.get(msg.job_id)
-        if job is None or msg.node in self.tracking[job.id].done:
+        if job is None or msg.node not in job.nodes or msg.node in self.tracking[job.id].done:
             self._stop_if_over(msg.node, msg.job_id)
             self.outbox.append((msg.node, KillJob(job_id=msg.job_id, reason="the job has ended")))
             return
@@ -362,7 +371,8 @@ class Controller:
 
     def rank_failed(self, msg: RankFailed, now: float) -> None:
         job = self.active.get(msg.job_id)
-        if job is not None:
+        # A node written off (or outside a requeued job's new run) speaks for ranks that no longer count.
+        if job is not None and msg.node in job.nodes and msg.node not in self.tracking[job.id].done:
             self._end(job, JobState.FAILED, msg.exit.status, f"{msg.exit.describe()} on {msg.node}", now)
 
     def job_node_done(self, msg: JobNodeDone, now: float) -> None:
@@ -444,6 +454,7 @@ class Controller:
                     if name not in track.done:
                         log.error("job %d: node %s did not confirm its ranks stopped", job.id, name)
                         track.done[name] = ()
+                        track.written_off.add(name)
                 self._maybe_finish(job.id, now)
         self.schedule(now)
 
@@ -489,7 +500,10 @@ class Controller:
 
     def _node_lost(self, job: Job, node: str, reason: str, now: float) -> None:
         """The node's ranks of the job are written off: nothing more is expected from it."""
-        self.tracking[job.id].done.setdefault(node, ())
+        track = self.tracking[job.id]
+        if node not in track.done:
+            track.done[node] = ()
+            track.written_off.add(node)
         self._end(job, JobState.NODE_FAIL, None, reason, now)
 
     def _end(self, job: Job, state: JobState, exit_code: int | None, reason: str, now: float) -> None:
@@ -520,19 +534,40 @@ class Controller:
                 code = next((e.status for e in exits if e.failed), None)
         else:
             state, code, reason = outcome(exits)
+        again = state is JobState.NODE_FAIL and job.spec.requeue
+        if again and job.requeues >= self.config.max_requeues:
+            again = False
+            reason = f"{reason} (not requeued again: max_requeues is {self.config.max_requeues})"
         suspended = job.suspended_time
         if self.cycle is not None:
             self.cycle.account(now, {j: p.row for j, p in self.matrix.jobs().items()})
             suspended = self.cycle.forget(job_id)
-        if self.tracking[job_id].last_barrier is not None:
-            self.store.forget_barrier(job_id)
+        if track.last_barrier is not None:
+            self.store.forget_barrier(job_id)  # the next run wires up afresh
         self.reports.forget(job_id)
         del self.active[job_id]
         del self.tracking[job_id]
         self.matrix.release(job_id)
-        self._finish(advance(job, state, now, exit_code=code, reason=reason, suspended_time=suspended))
+        if again:
+            self._requeue(job, track)
+        else:
+            self._finish(advance(job, state, now, exit_code=code, reason=reason, suspended_time=suspended))
         self._compact()
         self.schedule(now)  # its PEs are free: start what waited for them now, not at the next tick
+
+    def _requeue(self, job: Job, track: Tracking) -> None:
+        """Back to the queue, stored before anything else: the next run starts from scratch, same id."""
+        job = requeue(job, f"requeued {job.requeues + 1}/{self.config.max_requeues} after {job.reason}")
+        self.store.save_job(job)
+        self.pending[job.id] = job
+        # An UP node that never confirmed its ranks gone may still run them under this id: it takes no job
+        # (above all not this one) until its reports stop listing it. A DOWN node is sorted out when it
+        # registers again, listing the job (see _stop_if_over).
+        for name in track.written_off:
+            node = self.registry.get(name)
+            if node is not None and node.state == UP and node.confirmed:
+                node.stale.add(job.id)
+        log.info("job %d %s", job.id, job.reason)
 
     def _compact(self) -> None:
         """Move jobs into lower rows freed by an ending job, and tell their nodes."""

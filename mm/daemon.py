@@ -278,6 +278,7 @@ class MachineManager:
                     time_limit=msg.time_limit,
                     output=msg.output or os.path.join(msg.cwd, "storm-%j.out"),
                     error=msg.error,
+                    requeue=msg.requeue,
                 )
                 job = self.core.submit(spec, now)
                 return p.JobSubmitted(req=msg.req, job_id=job.id)

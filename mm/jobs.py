@@ -1,7 +1,9 @@
 """Jobs and their life cycle: PENDING -> STARTING -> RUNNING -> one terminal state.
 
 The record here is what the store keeps and what the MM's scheduling acts on. Transitions are checked in one
-place (:func:`advance`) so that no code path can move a job backwards or out of a terminal state.
+place (:func:`advance`) so that no code path can move a job backwards or out of a terminal state. The one way
+back is :func:`requeue`: a job submitted with ``--requeue`` whose node failed returns to PENDING, keeping its
+id and submit time (so it keeps its place in the queue), and runs again from the start.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class JobSpec:
     time_limit: float | None
     output: str
     error: str
+    # Run it again (back to PENDING) when a node under it fails, instead of ending it NODE_FAIL.
+    requeue: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +94,8 @@ class Job:
     ending: JobState | None = None
     # Seconds stopped by gang scheduling (as of the last save while it runs); not charged to its limit.
     suspended_time: float = 0.0
+    # Times the job went back to the queue after a node failure (``requeue`` in its spec).
+    requeues: int = 0
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -119,6 +125,8 @@ class Job:
             error=self._path(self.spec.error),
             row=self.row if self.state.active else None,
             suspended_time=self.suspended_time,
+            requeue=self.spec.requeue,
+            requeues=self.requeues,
         )
 
     def _path(self, pattern: str) -> str:
@@ -136,6 +144,20 @@ def advance(job: Job, state: JobState, now: float, **changes: object) -> Job:
     if state.terminal:
         changes.setdefault("end_time", now)
     return dataclasses.replace(job, state=state, **changes)  # type: ignore[arg-type]
+
+
+def requeue(job: Job, reason: str) -> Job:
+    """The job back in the queue after its node failed, as if never started, its id and submit time kept.
+
+    Only a job storm was ending NODE_FAIL (every node has confirmed its ranks gone, or was written off) may
+    go back; start, end, placement, exit code and suspended time start afresh with the next run.
+    """
+    if not job.state.active or job.ending is not JobState.NODE_FAIL or not job.spec.requeue:
+        raise TransitionError(f"job {job.id}: only a --requeue job ending NODE_FAIL can be requeued")
+    return dataclasses.replace(
+        job, state=JobState.PENDING, start_time=None, end_time=None, exit_code=None, reason=reason,
+        placement=(), row=None, ending=None, suspended_time=0.0, requeues=job.requeues + 1,
+    )  # fmt: skip
 
 
 def outcome(exits: list[RankExit]) -> tuple[JobState, int, str]:

@@ -127,9 +127,13 @@ class JobInfo:
     row: int | None = None
     # Seconds its ranks spent stopped by gang scheduling; they do not count against the time limit.
     suspended_time: float = 0.0
+    # Submitted with --requeue, and how many times a node failure sent it back to the queue.
+    requeue: bool = False
+    requeues: int = 0
 
     def __post_init__(self) -> None:
         _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
+        _check(self.requeues >= 0, "requeues must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,6 +282,8 @@ class SubmitJob(Request):
     time_limit: float | None = None
     output: str = ""
     error: str = ""
+    # Back to the queue, to run again, if a node under the job fails (else it ends NODE_FAIL).
+    requeue: bool = False
 
     def __post_init__(self) -> None:
         _check(self.ranks >= 1, "ranks must be at least 1")

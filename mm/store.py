@@ -3,6 +3,9 @@
 Every job transition is committed (with ``synchronous=FULL`` by default, so it also survives a power loss)
 before anyone is told about it. The MM holds unfinished jobs in memory and reads finished ones from here.
 Node records survive restarts so that a restarted MM knows which nodes to wait for.
+
+The schema has a version (``meta.schema_version``); a store written by an older storm-mm is migrated in place,
+in one transaction, when it is opened. A store from a newer storm-mm is refused rather than misread.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ import msgpack
 from storm.mm.jobs import Job, JobSpec, JobState
 from storm.mm.protocol import ClassChange, ProfileEntry
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# What turns a store of version N into version N + 1 (the schema below is always the newest).
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 2: jobs go back to the queue after a node failure (submit --requeue), and count how often.
+    1: ("ALTER TABLE jobs ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0",),
+}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -34,7 +43,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     placement BLOB NOT NULL,
     row INTEGER,
     ending TEXT,
-    suspended_time REAL NOT NULL DEFAULT 0
+    suspended_time REAL NOT NULL DEFAULT 0,
+    requeues INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN ('PENDING', 'STARTING', 'RUNNING');
@@ -81,7 +91,7 @@ CREATE TABLE IF NOT EXISTS nodes (
 
 _JOB_COLUMNS = (
     "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row, ending, "
-    "suspended_time"
+    "suspended_time, requeues"
 )
 
 
@@ -113,19 +123,22 @@ def _pack_spec(spec: JobSpec) -> bytes:
             "time_limit": spec.time_limit,
             "output": spec.output,
             "error": spec.error,
+            "requeue": spec.requeue,
         }
     )
     return packed
 
 
 def _unpack_spec(blob: bytes) -> JobSpec:
-    d = msgpack.unpackb(blob)
+    d = msgpack.unpackb(blob)  # fields added later (requeue) are absent from older jobs: their defaults hold
     d["argv"] = tuple(d["argv"])
     return JobSpec(**d)
 
 
 def _row_to_job(row: tuple[object, ...]) -> Job:
-    (job_id, state, spec, submit, start, end, code, reason, placement, mrow, ending, suspended) = row
+    (job_id, state, spec, submit, start, end, code, reason, placement, mrow, ending, suspended, requeues) = (
+        row
+    )
     assert isinstance(spec, bytes) and isinstance(placement, bytes)
     return Job(
         id=int(job_id),  # type: ignore[call-overload]
@@ -140,6 +153,7 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
         row=None if mrow is None else int(mrow),  # type: ignore[call-overload]
         ending=None if ending is None else JobState(str(ending)),
         suspended_time=float(suspended),  # type: ignore[arg-type]
+        requeues=int(requeues),  # type: ignore[call-overload]
     )
 
 
@@ -169,8 +183,23 @@ class Store:
             raise StoreError(f"{self.path}: not a storm job store: {exc}") from None
         if version is None:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif version != str(SCHEMA_VERSION):
+        elif not version.isdigit() or int(version) > SCHEMA_VERSION or int(version) < min(_MIGRATIONS):
             raise StoreError(f"{self.path}: schema version {version}, this storm-mm reads {SCHEMA_VERSION}")
+        elif int(version) < SCHEMA_VERSION:
+            self._migrate(int(version))
+
+    def _migrate(self, version: int) -> None:
+        """Bring an older store up to this version, all steps in one transaction (all or nothing)."""
+        try:
+            with self.transaction():
+                for step in range(version, SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[step]:
+                        self._db.execute(statement)
+                self.set_meta("schema_version", str(SCHEMA_VERSION))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{self.path}: cannot migrate from schema version {version} to {SCHEMA_VERSION}: {exc}"
+            ) from None
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -227,7 +256,7 @@ class Store:
         with self.transaction():
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, start_time = ?, end_time = ?, exit_code = ?, reason = ?, "
-                "placement = ?, row = ?, ending = ?, suspended_time = ? WHERE id = ?",
+                "placement = ?, row = ?, ending = ?, suspended_time = ?, requeues = ? WHERE id = ?",
                 (
                     job.state.value,
                     job.start_time,
@@ -238,6 +267,7 @@ class Store:
                     job.row,
                     None if job.ending is None else job.ending.value,
                     job.suspended_time,
+                    job.requeues,
                     job.id,
                 ),
             )

@@ -17,7 +17,8 @@ from storm.mm.protocol import ProtocolError, RankExit, RankSlot
 JOB_INFO = p.JobInfo(
     id=12, name="hello é", user="alice", uid=1000, state="RUNNING", ranks=3, nodes=("n1", "n2"),
     submit_time=100.5, start_time=101.0, end_time=None, exit_code=None, reason="", time_limit=60.0,
-    argv=("/bin/echo", "hi"), cwd="/home/alice", output="/home/alice/storm-12.out", error="",
+    argv=("/bin/echo", "hi"), cwd="/home/alice", output="/home/alice/storm-12.out", error="", requeue=True,
+    requeues=2,
 )  # fmt: skip
 NODE_INFO = p.NodeInfo(
     name="n1", state="UP", pes=4, pes_used=2, address="10.0.0.1", last_seen=5.25, reason="", jobs=(12, 13)
@@ -61,6 +62,7 @@ EXAMPLES: dict[str, p.Message] = {
         time_limit=90.5,
         output="/tmp/out-%j.txt",
         error="/tmp/err",
+        requeue=True,
     ),
     "job_submitted": p.JobSubmitted(req=1, job_id=77),
     "list_jobs": p.ListJobs(req=2, job_ids=(1, 2, 2**63 - 1), all=True),
@@ -260,6 +262,8 @@ def test_missing_required_field_is_named() -> None:
         ("time_limit", math.inf, "submit_job.time_limit: not a finite number"),
         ("time_limit", -math.inf, "submit_job.time_limit: not a finite number"),
         ("req", True, "submit_job.req: expected an integer, got bool"),
+        ("requeue", 1, "submit_job.requeue: expected true or false, got int"),
+        ("requeue", "yes", "submit_job.requeue: expected true or false, got str"),
     ],
 )
 def test_wrong_field_types(field: str, value: Any, expected: str) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from storm.mm.jobs import Job, JobSpec, JobState, advance
@@ -258,3 +259,53 @@ def test_a_jobs_profile_survives_a_restart(db: Path, open_store: Opener) -> None
     again = open_store(db)
     assert again.profile(4) == [cs, dc]  # by rank, then class
     assert again.profile(6) == []
+
+
+def test_requeue_fields_survive_a_restart(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    job = store.add_job(spec(2, requeue=True), 1.0)
+    job = dataclasses.replace(job, requeues=3, reason="requeued 3/5 after node n1 DOWN")
+    store.save_job(job)
+    store.close()
+    again = open_store(db).get_job(job.id)
+    assert again == job and again.spec.requeue and again.requeues == 3
+
+
+def downgrade_to_version_1(db: Path) -> None:
+    """What storm-mm wrote before jobs could be requeued: no requeues column, no flag in the specs."""
+    with closing(sqlite3.connect(db)) as other:
+        other.execute("ALTER TABLE jobs DROP COLUMN requeues")
+        for job_id, blob in other.execute("SELECT id, spec FROM jobs").fetchall():
+            old = msgpack.unpackb(blob)
+            del old["requeue"]
+            other.execute("UPDATE jobs SET spec = ? WHERE id = ?", (msgpack.packb(old), job_id))
+        other.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        other.commit()
+
+
+def test_a_version_1_store_is_migrated_in_place(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    old = store.add_job(spec(1), 1.0)
+    store.close()
+    downgrade_to_version_1(db)
+    assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
+    migrated = open_store(db)
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "2"
+    assert migrated.get_job(old.id) == old  # not a --requeue job, never requeued
+    job = migrated.add_job(spec(2, requeue=True), 2.0)
+    migrated.save_job(dataclasses.replace(job, requeues=1))
+    assert peek(db, "SELECT id, requeues FROM jobs ORDER BY id") == [(old.id, 0), (job.id, 1)]
+
+
+def test_a_failed_migration_changes_nothing(db: Path) -> None:
+    Store(db).close()
+    with closing(sqlite3.connect(db)) as other:  # version 1 by its label, yet the column is there
+        other.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        other.commit()
+    with pytest.raises(StoreError) as info:
+        Store(db)
+    text = str(info.value)
+    del info
+    gc.collect()  # the refused store's connection is only closed by the collector
+    assert text.startswith(f"{db}: cannot migrate from schema version 1 to 2: duplicate column name")
+    assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]

@@ -110,8 +110,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     error = prepare_outputs(args.error, args.ranks, cwd, user, name) if args.error else ""
     with Client(args.mm) as client:
         job_id = client.submit(
-            argv, args.ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error
-        )
+            argv, args.ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
+            requeue=args.requeue,
+        )  # fmt: skip
         print(job_id, flush=True)
         if not args.wait:
             return 0
@@ -220,6 +221,11 @@ def add_job_commands(sub: Any) -> None:
     )
     s.add_argument("--error", "-e", help="stderr file (default: with stdout)")
     s.add_argument("--wait", "-W", action="store_true", help="wait for the job and exit with its exit code")
+    s.add_argument(
+        "--requeue",
+        action="store_true",
+        help="if a node under the job fails, run it again (same id) instead of ending it NODE_FAIL",
+    )
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     s.set_defaults(func=cmd_submit)
     c = sub.add_parser("cancel", help="cancel jobs")

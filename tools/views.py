@@ -88,6 +88,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("RunTime", format_duration(elapsed(job, now))),
                 ("Suspended", format_duration(job.suspended_time)),
                 ("Row", "-" if job.row is None else job.row),
+                ("Requeue", f"yes (requeued {job.requeues} times)" if job.requeue else "no"),
                 ("SubmitTime", format_clock(job.submit_time)), ("StartTime", format_clock(job.start_time)),
                 ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
                 ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
