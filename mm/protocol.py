@@ -47,6 +47,23 @@ CLASSES = ("CS", "F", "DC")
 NODE_STATES = ("UP", "DOWN")
 
 
+def _plain(*texts: str) -> bool:
+    """No NUL character: the kernel would cut a path, argument or variable there (Python refuses it)."""
+    return all("\0" not in text for text in texts)
+
+
+def _environment(env: dict[str, str]) -> bool:
+    """What execve can take: names non-empty and without '=', nothing with a NUL."""
+    return all(name and "=" not in name and _plain(name, value) for name, value in env.items())
+
+
+def _numbered(mapping: dict[str, int], least: int) -> bool:
+    """Keys that are ids (maps on the wire have string keys), values >= ``least``."""
+    return all(k.isascii() and k.isdigit() and len(k) <= 18 for k in mapping) and all(
+        v >= least for v in mapping.values()
+    )
+
+
 # --------------------------------------------------------------------------------------------------------
 # Shared records (nested inside messages; encoded as maps without an op)
 
@@ -291,6 +308,11 @@ class SubmitJob(Request):
         _check(self.cwd.startswith("/"), "cwd must be an absolute path")
         _check(self.time_limit is None or self.time_limit > 0, "time_limit must be positive")
         _check(len(self.name) <= 256, "name longer than 256 characters")
+        _check(
+            _plain(*self.argv, self.cwd, self.name, self.output, self.error),
+            "a NUL character in the command, a path or the name",
+        )
+        _check(_environment(self.env), "environment variable names must be non-empty, without '=' or NUL")
 
 
 @message("job_submitted")
@@ -449,6 +471,8 @@ class NodeRegistered(Message):
 
     def __post_init__(self) -> None:
         _check(self.policy in POLICIES, f"unknown policy {self.policy!r}")
+        _check(self.report_interval > 0, "report_interval must be positive")
+        _check(_numbered(self.rows, 0), "rows must map job ids to rows >= 0")
         _check(0 < self.slice <= 60, "slice must be in (0, 60] seconds")
         _check(0 <= self.heartbeat_port < 65536, "heartbeat_port must be a port number")
 
@@ -510,6 +534,9 @@ class JobRows(Message):
 
     rows: dict[str, int]
 
+    def __post_init__(self) -> None:
+        _check(_numbered(self.rows, 0), "rows must map job ids to rows >= 0")
+
 
 @message("reregister")
 @dataclass(frozen=True, kw_only=True)
@@ -552,6 +579,8 @@ class LaunchJob(Message):
         _check(0 <= self.node_index < len(self.ranks_per_node), "node_index outside the job")
         _check(sum(self.ranks_per_node) == self.size, "ranks_per_node does not add up to size")
         _check(self.ranks_per_node[self.node_index] == len(self.slots), "slots do not match ranks_per_node")
+        _check(len({s.rank for s in self.slots}) == len(self.slots), "a rank appears twice in slots")
+        _check(self.uid >= 0 and self.gid >= 0, "uid and gid must be >= 0")
 
 
 @message("kill_job")
@@ -569,6 +598,9 @@ class JobLaunched(Message):
     job_id: int
     node: str
     pids: dict[str, int]
+
+    def __post_init__(self) -> None:
+        _check(_numbered(self.pids, 1), "pids must map ranks to process ids >= 1")
 
 
 @message("job_node_done")
@@ -616,6 +648,9 @@ class PmiBarrierIn(Message):
     seq: int
     kvs: dict[str, str]
 
+    def __post_init__(self) -> None:
+        _check(self.seq >= 0, "seq must be >= 0")
+
 
 @message("pmi_barrier_out")
 @dataclass(frozen=True, kw_only=True)
@@ -625,6 +660,9 @@ class PmiBarrierOut(Message):
     job_id: int
     seq: int
     kvs: dict[str, str]
+
+    def __post_init__(self) -> None:
+        _check(self.seq >= 0, "seq must be >= 0")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -637,12 +675,18 @@ class ShellHello(Message):
     job_id: int
     pid: int
 
+    def __post_init__(self) -> None:
+        _check(self.pid >= 1, "pid must be >= 1")
+
 
 @message("ranks_started")
 @dataclass(frozen=True, kw_only=True)
 class RanksStarted(Message):
     job_id: int
     pids: dict[str, int]
+
+    def __post_init__(self) -> None:
+        _check(_numbered(self.pids, 1), "pids must map ranks to process ids >= 1")
 
 
 @message("rank_aborted")

@@ -377,6 +377,43 @@ def test_impossible_values(body: dict[str, Any], expected: str) -> None:
     assert expected in rejected(body)
 
 
+REGISTERED = {"op": "node_registered", "node": "n", "mm_epoch": "m", "report_interval": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # Each would otherwise reach a daemon and hurt it or a job there: the text says what is wrong.
+        (
+            {**SUBMIT, "argv": ["/bin/tr\0ue"]},
+            "submit_job: a NUL character in the command, a path or the name",
+        ),
+        ({**SUBMIT, "cwd": "/tmp\0"}, "a NUL character"),
+        ({**SUBMIT, "output": "/tmp/o\0"}, "a NUL character"),
+        ({**SUBMIT, "name": "a\0"}, "a NUL character"),
+        ({**SUBMIT, "env": {"": "x"}}, "submit_job: environment variable names must be non-empty"),
+        ({**SUBMIT, "env": {"A=B": "x"}}, "without '=' or NUL"),
+        ({**SUBMIT, "env": {"A": "x\0y"}}, "without '=' or NUL"),
+        ({**REGISTERED, "report_interval": 0}, "node_registered: report_interval must be positive"),
+        ({**REGISTERED, "rows": {"x": 1}}, "node_registered: rows must map job ids to rows >= 0"),
+        ({**REGISTERED, "rows": {"3": -1}}, "rows must map job ids to rows >= 0"),
+        ({"op": "job_rows", "rows": {"-3": 0}}, "job_rows: rows must map job ids to rows >= 0"),
+        ({"op": "job_rows", "rows": {"\u0663": 0}}, "rows must map job ids"),  # an Arabic-Indic 3
+        ({"op": "ranks_started", "job_id": 1, "pids": {"0": 0}}, "ranks_started: pids must map ranks to"),
+        ({"op": "ranks_started", "job_id": 1, "pids": {"0": -1}}, "process ids >= 1"),
+        ({"op": "ranks_started", "job_id": 1, "pids": {"r0": 5}}, "process ids >= 1"),
+        ({"op": "job_launched", "job_id": 1, "node": "n", "pids": {"0": -5}}, "job_launched: pids must"),
+        ({"op": "shell_hello", "job_id": 1, "pid": 0}, "shell_hello: pid must be >= 1"),
+        ({"op": "pmi_barrier_in", "job_id": 1, "node": "n", "seq": -1, "kvs": {}}, "seq must be >= 0"),
+        ({"op": "pmi_barrier_out", "job_id": 1, "seq": -1, "kvs": {}}, "pmi_barrier_out: seq must be >= 0"),
+        (launch_body(uid=-1), "launch_job: uid and gid must be >= 0"),
+        (launch_body(slots=[{"rank": 2, "pe": 0}, {"rank": 2, "pe": 1}]), "a rank appears twice in slots"),
+    ],
+)
+def test_values_that_would_harm_a_daemon(body: dict[str, Any], expected: str) -> None:
+    assert expected in rejected(body)
+
+
 def test_size_limit() -> None:
     data = p.encode(EXAMPLES["submit_job"])
     assert p.decode(data, max_bytes=len(data)) == EXAMPLES["submit_job"]
@@ -455,6 +492,10 @@ def test_rank_exit_status(exit_: RankExit, status: int, text: str) -> None:
 # ---------------------------------------------------------------------------------------------- properties
 
 names = st.text(min_size=1, max_size=12)
+# What execve can take: no NUL anywhere, no '=' in a variable's name (a submit with anything else is refused).
+texts = st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=20)
+words = st.text(st.characters(codec="utf-8", exclude_characters="\0"), min_size=1, max_size=12)
+variables = st.text(st.characters(codec="utf-8", exclude_characters="\0="), min_size=1, max_size=8)
 rank_exits = st.builds(
     RankExit,
     rank=st.integers(0, 2**63 - 1),
@@ -478,9 +519,9 @@ def test_job_node_done_round_trips(job_id: int, node: str, exits: tuple[RankExit
 @settings(deadline=None)
 @given(
     ranks=st.integers(1, 2**31),
-    argv=st.lists(names, min_size=1, max_size=4).map(tuple),
-    cwd=st.text(max_size=20).map(lambda s: "/" + s),
-    env=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=4),
+    argv=st.lists(words, min_size=1, max_size=4).map(tuple),
+    cwd=texts.map(lambda s: "/" + s),
+    env=st.dictionaries(variables, texts, max_size=4),
     time_limit=st.none() | st.floats(min_value=1e-3, max_value=1e9),
     req=st.integers(0, 2**63 - 1),
 )
