@@ -8,6 +8,12 @@ final exits of the node's ranks, which it re-sends until the MM acknowledges the
 What happens to a job's processes (start, stop, sweep) lives in nm/local_jobs.py; mpihook's measurements
 are read every time slice by nm/monitor.py and reported with every status.
 
+Stopping and restarting: SIGTERM (``systemctl stop`` or ``restart``, with KillMode=process) and SIGINT make
+the NM exit and leave its jobs running: it continues any rank time slicing had stopped, and the next storm-nm
+of this node re-adopts every job from its run directory (nm/local_jobs.py), as after a SIGKILL or a crash.
+SIGUSR1 stops every job of the node first (NODE_FAIL, "storm-nm on NODE shut down"), reports them, then
+exits: what ``storm local down`` sends.
+
 Under gang scheduling the NM also subscribes to the MM's heartbeats and, on each, stops the ranks of jobs
 outside the active row and continues the others (nm/switcher.py); under FCS it also classifies every process
 at the end of its slot (nm/classes.py) and decides per PE; without heartbeats everything runs.
@@ -68,6 +74,7 @@ class NodeManager:
         self.registered = asyncio.Event()
         self.wake_reporter = asyncio.Event()
         self.stopping = asyncio.Event()
+        self.stop_jobs = False  # SIGUSR1: stop every job before exiting (else they outlive this NM)
         self.notify = Notifier.from_environment()  # systemd's Type=notify; before anything is started
         self.priority = request_realtime() if config.nm.realtime else "ordinary priority"
         self.ctx = zmq.asyncio.Context()  # after the priority: its I/O thread inherits it
@@ -118,7 +125,11 @@ class NodeManager:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        self.local.sweep_leftovers()
+        loop.add_signal_handler(signal.SIGUSR1, self._stop_jobs_and_exit)
+        # Before the shells' socket exists: a re-adopted shell's first words find its job known.
+        adopted = self.local.recover(self._shell_exited)
+        if adopted:
+            log.info("re-adopted %d job(s) left by a previous storm-nm", len(adopted))
         self.os.prepare()  # the job shell launcher starts now, not in the middle of the first job
         self.local.shells_endpoint = bind(self.shells, f"ipc://{self.run_dir / 'shells.sock'}")
         # Job shells run as their job's user and must reach the NM; their pids authenticate them.
@@ -234,13 +245,24 @@ class NodeManager:
                 log.warning("no heartbeat for %.1f s: letting every job run", self.follower.timeout)
                 self.switcher.switch(None)
 
+    def _stop_jobs_and_exit(self) -> None:
+        self.stop_jobs = True
+        self.stopping.set()
+
     async def _shutdown(self) -> None:
-        """Stop every job of this node and tell the MM, so nothing outlives the NM unseen."""
+        """Leave the jobs to the next storm-nm of this node, or (SIGUSR1) stop them all and tell the MM."""
+        if not self.stop_jobs:
+            left = self.local.leave()
+            if left:
+                log.info("exiting; %d job(s) keep running for the next storm-nm to re-adopt", left)
+            return
         active = [j for j in self.jobs.values() if j.done is None]
         if active:
             log.info("stopping %d job(s) before exiting", len(active))
         for job in active:
             job.stopped_by_nm = f"storm-nm on {self.name} shut down"
+            with contextlib.suppress(OSError):
+                self.local.save_record(job)  # a report the MM misses is re-sent by the next NM, with why
             self.local.kill(job, job.stopped_by_nm)
         deadline = time.monotonic() + self.config.nm.kill_grace + STOP_WAIT_SECONDS
         while any(j.done is None for j in self.jobs.values()) and time.monotonic() < deadline:
@@ -403,8 +425,8 @@ class NodeManager:
             return
         match msg:
             case p.RanksStarted():
-                self.local.started(job, {int(rank): pid for rank, pid in msg.pids.items()})
-                await self._to_mm(p.JobLaunched(job_id=job.launch.job_id, node=self.name, pids=msg.pids))
+                if self.local.started(job, {int(rank): pid for rank, pid in msg.pids.items()}):
+                    await self._to_mm(p.JobLaunched(job_id=job.launch.job_id, node=self.name, pids=msg.pids))
             case p.RankExited() | p.RankAborted():
                 if isinstance(msg, p.RankExited):
                     job.exits[msg.exit.rank] = msg.exit

@@ -3,11 +3,15 @@
 Layout, under ``<run_dir>/jobs/<job id>/``::
 
     (root, 0711)    the directory itself: the user can reach what is theirs, but not list or replace it
-    nm.json         root 0600: the shell's pid and start time, kvsname, node index. The only file the NM
-                    acts on (it kills that session when cleaning up after a crash), so only root writes it.
+    nm.json         root 0600: the shell's pid and start time, kvsname, node index, mpihook segment, each
+                    rank's pid and start time, and why the NM stopped the job if it did. With nm.launch,
+                    the only files the NM acts on (a restarted NM re-adopts the job from them, and kills that
+                    session when it cannot), so only root writes them.
+    nm.launch       root 0600: the NM's own copy of the launch_job message (slots, kvsname, row)
     launch.msg      user 0600: the launch_job message, for the shell to read (it holds the user's environment)
-    shell/          user 0700: shell.log (the shell's own stderr) and exits.msg (how the ranks ended). The
-                    NM only ever decodes these as untrusted data.
+    shell/          user 0700: shell.log (the shell's own stderr) and exits.msg (how the ranks ended, kept
+                    until the NM has reported them: an NM restarted meanwhile learns them here). The NM only
+                    ever decodes these as untrusted data.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ class JobDir:
         return self.path / "nm.json"
 
     @property
+    def nm_launch(self) -> Path:
+        return self.path / "nm.launch"
+
+    @property
     def launch(self) -> Path:
         return self.path / "launch.msg"
 
@@ -53,9 +61,10 @@ class JobDir:
         self.path.mkdir(mode=0o711, parents=True, exist_ok=False)
         os.chmod(self.path, 0o711)  # noqa: S103 (mkdir's mode is filtered by the umask)
         self.shell.mkdir(mode=0o700)
-        fd = os.open(self.launch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(launch)
+        for path in (self.nm_launch, self.launch):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(launch)
         # Opened before the user owns the directory, so no symlink of theirs can redirect root's writes.
         log = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         os.fchown(log, uid, gid)
@@ -64,19 +73,35 @@ class JobDir:
         return log
 
     def save_record(self, record: dict[str, object]) -> None:
-        fd = os.open(self.nm_record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        """Replace the NM's record atomically: a crash mid-write leaves the old one, never half a file."""
+        new = self.path / "nm.json.new"
+        fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(record, f)
+        os.replace(new, self.nm_record)
 
     def load_record(self) -> dict[str, object] | None:
         """The NM's own record, only if root owns it (a file the user could have forged is ignored)."""
+        data = self._load_own(self.nm_record)
         try:
-            if self.nm_record.stat().st_uid != os.geteuid():
-                return None
-            data = json.loads(self.nm_record.read_text())
-        except (OSError, ValueError):
+            record = json.loads(data) if data is not None else None
+        except ValueError:
             return None
-        return data if isinstance(data, dict) else None
+        return record if isinstance(record, dict) else None
+
+    def load_launch(self) -> bytes | None:
+        """The NM's copy of the launch message, only if root owns it; the caller decodes it."""
+        return self._load_own(self.nm_launch)
+
+    def _load_own(self, path: Path) -> bytes | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            if os.fstat(f.fileno()).st_uid != os.geteuid():
+                return None
+            return f.read()
 
     def log_tail(self, limit: int = 2000) -> str:
         try:

@@ -5,6 +5,13 @@ launcher as the job's user (nm/launcher.py). Stopping: SIGCONT + SIGTERM to ever
 then after ``kill_grace`` SIGKILL to every process still in the job shell's session (which catches children
 the ranks forked). Finishing: sweep what the ranks left (processes, MPICH's and mpihook's shared memory)
 and prepare the report for the MM. The node manager (nm/daemon.py) does the talking.
+
+Restarting: job shells and ranks outlive their storm-nm (SIGTERM or SIGKILL; systemd's KillMode=process).
+A new storm-nm re-adopts every job it finds in its run directory whose shell is still the process the record
+names (same pid *and* kernel start time): its ranks (checked the same way), its mpihook segment, time slicing
+and measurements; it learns of the shell's exit through a pidfd, since the shell is no longer its child. A
+job whose shell has ended meanwhile is finished from the exits the shell left in its directory. The job
+shell re-sends its state when it reconnects (nm/shell.py), so nothing it reported in between is lost.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import logging
 import os
 import pwd
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,8 +57,12 @@ class LocalJob:
     launch: p.LaunchJob
     dir: JobDir
     shell_pid: int = 0
+    shell_start: int | None = None  # the kernel's start time of the shell, to tell it from a reused pid
     shell_pidfd: int = -1
     pids: dict[int, int] = field(default_factory=dict)
+    starts: dict[int, int] = field(default_factory=dict)  # each rank's kernel start time, for the same
+    hook_segment: str = ""
+    ranks_known: bool = False  # the shell's ranks_started was handled (by this NM or the one before)
     exits: dict[int, p.RankExit] = field(default_factory=dict)
     killing: bool = False
     stopped_by_nm: str = ""  # why the NM stopped the ranks on its own account, if it did
@@ -134,18 +146,26 @@ class LocalJobs:
             shell.update(
                 hook_library=str(self.hook_library), hook_segment="" if segment is None else segment.name
             )
+        job.hook_segment = "" if segment is None else segment.name
         try:
             job.shell_pid, job.shell_pidfd = self.os.start_shell(shell, uid=msg.uid, gid=msg.gid, log=log_fd)
         finally:
             os.close(log_fd)
+        job.shell_start = self.os.start_time(job.shell_pid)
+        self.save_record(job)
+
+    def save_record(self, job: LocalJob) -> None:
+        """What a restarted storm-nm needs to re-adopt the job (nm/jobdir.py's nm.json)."""
         job.dir.save_record(
             {
-                "job_id": msg.job_id,
+                "job_id": job.launch.job_id,
                 "shell_pid": job.shell_pid,
-                "shell_start": self.os.start_time(job.shell_pid),
-                "kvsname": msg.kvsname,
-                "node_index": msg.node_index,
-                "hook_segment": "" if segment is None else segment.name,
+                "shell_start": job.shell_start,
+                "kvsname": job.launch.kvsname,
+                "node_index": job.launch.node_index,
+                "hook_segment": job.hook_segment,
+                "ranks": {str(rank): [pid, job.starts.get(rank)] for rank, pid in job.pids.items()},
+                "stopped_by_nm": job.stopped_by_nm,
             }
         )
 
@@ -164,14 +184,30 @@ class LocalJobs:
         self.monitor.add(msg.job_id, segment, [s.rank for s in msg.slots])
         return segment
 
-    def started(self, job: LocalJob, pids: dict[int, int]) -> None:
-        """The shell spawned the ranks: time slices and measurements now apply to them."""
+    def started(self, job: LocalJob, pids: dict[int, int]) -> bool:
+        """The shell spawned the ranks: time slices and measurements now apply to them.
+
+        False for a repeated report (a shell re-sending its state to a restarted NM): nothing changes. A
+        restarted NM knows the ranks from its record, and a rank missing from them has ended (or its pid was
+        reused): never signal it.
+        """
+        if job.ranks_known:
+            return False
+        job.ranks_known = True
         job.pids = pids
+        job.starts = {}
+        for rank, pid in pids.items():
+            start = self.os.start_time(pid)
+            if start is not None:
+                job.starts[rank] = start
+        with contextlib.suppress(OSError):
+            self.save_record(job)  # the directory is gone only if the job already ended
         if job.killing:
             self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
         else:
             self.switcher.started(job.launch.job_id, pids)
         self.monitor.started(job.launch.job_id, pids)
+        return True
 
     # ------------------------------------------------------------------------------------------- stop
 
@@ -243,30 +279,155 @@ class LocalJobs:
         del self.jobs[job.launch.job_id]
         job.dir.remove()
 
-    def sweep_leftovers(self) -> None:
-        """Stop the jobs a previous storm-nm of this node left when it died: nobody tracks them any more.
+    # ------------------------------------------------------------------------------------------- restart
 
-        The MM ends them NODE_FAIL when this NM registers without them.
+    def leave(self) -> int:
+        """This NM exits and its jobs run on for the next one: continue every rank time slicing stopped
+        (nobody would continue it meanwhile) and let go of the shells. Returns how many jobs run on."""
+        loop = asyncio.get_running_loop()
+        running = 0
+        for job in self.jobs.values():
+            if job.shell_pidfd >= 0:
+                loop.remove_reader(job.shell_pidfd)
+                os.close(job.shell_pidfd)
+                job.shell_pidfd = -1
+            if job.done is None:
+                running += 1
+                self._signal_ranks(job, (signal.SIGCONT,))
+        return running
+
+    def recover(self, on_shell_exit: Callable[[LocalJob], None]) -> list[LocalJob]:
+        """Re-adopt the jobs a previous storm-nm of this node left (restarted, or crashed).
+
+        A job whose records are missing or unreadable cannot be followed: its processes are killed and its
+        leftovers removed; the MM ends it NODE_FAIL when this NM registers without it.
         """
+        adopted = []
         for jobdir in job_dirs(self.run_dir):
             record = jobdir.load_record()
+            job: LocalJob | None = None
             if record is not None:
-                shell = int(record["shell_pid"])  # type: ignore[call-overload]
+                try:
+                    job = self._adopt(jobdir, record, on_shell_exit)
+                except (KeyError, TypeError, ValueError, OSError, p.ProtocolError) as exc:
+                    log.warning("job %s: cannot re-adopt it: %s", jobdir.path.name, exc)
+            if job is None:
+                self._sweep(jobdir, record)
+            else:
+                adopted.append(job)
+        return adopted
+
+    def _adopt(
+        self, jobdir: JobDir, record: dict[str, object], on_shell_exit: Callable[[LocalJob], None]
+    ) -> LocalJob | None:
+        data = jobdir.load_launch()
+        launch = None if data is None else p.decode(data, p.MAX_NODE_MESSAGE)
+        if not isinstance(launch, p.LaunchJob) or str(launch.job_id) != jobdir.path.name:
+            return None
+        shell, shell_start = _int(record["shell_pid"]), _optional_int(record.get("shell_start"))
+        # The pidfd first, then the check: if the start time matches, the pidfd names our shell.
+        pidfd = self.os.pidfd(shell)
+        now = self.os.start_time(shell)
+        alive = pidfd is not None and shell_start is not None and now == shell_start
+        if pidfd is not None and not alive:
+            os.close(pidfd)
+        job = LocalJob(
+            launch=launch,
+            dir=jobdir,
+            # A reused pid is someone else's: never signal it (nor its session, which cannot be ours).
+            shell_pid=shell if alive or now is None else 0,
+            shell_start=shell_start,
+            shell_pidfd=pidfd if alive and pidfd is not None else -1,
+            hook_segment=str(record.get("hook_segment") or ""),
+            stopped_by_nm=str(record.get("stopped_by_nm") or ""),
+        )
+        self.jobs[launch.job_id] = job
+        self.switcher.add(launch.job_id, [(s.rank, s.pe) for s in launch.slots], launch.row)
+        self._attach_segment(job)  # also when the shell is gone: finishing the job then removes the segment
+        if not alive:
+            log.info("job %d: its shell ended while storm-nm was down", launch.job_id)
+            self.shell_gone(job, "the job shell ended while storm-nm was down, leaving no exits")
+            return job
+        ranks = self._live_ranks(record)
+        for pid in ranks.values():
+            # Stopped by time slicing when the old NM went: nobody would continue it. Slices resume with the
+            # next heartbeat; until then everything runs, as when heartbeats stop.
+            self.os.signal_group(pid, signal.SIGCONT)
+            self.os.set_nice(pid, 0)
+        if record.get("ranks"):
+            self.started(job, ranks)
+            self._backdate(job, ranks)
+        asyncio.get_running_loop().add_reader(job.shell_pidfd, on_shell_exit, job)
+        log.info(
+            "job %d: re-adopted shell %d and ranks %s left by a previous storm-nm",
+            launch.job_id, shell, sorted(ranks),
+        )  # fmt: skip
+        return job
+
+    def _live_ranks(self, record: dict[str, object]) -> dict[int, int]:
+        """The recorded ranks still running as the same processes (pid and start time)."""
+        ranks = record.get("ranks") or {}
+        if not isinstance(ranks, dict):
+            raise ValueError("ranks is not a map")
+        live = {}
+        for rank, (pid, start) in ranks.items():
+            if start is not None and self.os.start_time(_int(pid)) == _int(start):
+                live[int(rank)] = _int(pid)
+        return live
+
+    def _attach_segment(self, job: LocalJob) -> None:
+        """Measure the job again from its mpihook segment, each rank polling as a new NM assumes."""
+        if not job.hook_segment:
+            return
+        try:
+            segment = HookSegment.attach(job.hook_segment)
+            for index in range(segment.nranks):
+                segment.set_wait(index, WAIT_POLL, self.spin_ns)
+        except (OSError, ValueError) as exc:
+            log.warning("job %d: no mpihook statistics after the restart: %s", job.launch.job_id, exc)
+            return
+        self.monitor.add(job.launch.job_id, segment, [s.rank for s in job.launch.slots])
+
+    def _backdate(self, job: LocalJob, ranks: dict[int, int]) -> None:
+        """Profiles count wall time from each rank's real start, as its CPU time does (not from now)."""
+        watched = self.monitor.jobs.get(job.launch.job_id)
+        if watched is None:
+            return
+        boot_now, mono_now = time.clock_gettime_ns(time.CLOCK_BOOTTIME), time.monotonic_ns()
+        tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+        for rank in ranks:
+            start = job.starts.get(rank)
+            if start is not None and rank in watched.ranks:
+                watched.start_ns[watched.ranks.index(rank)] = mono_now - max(0, boot_now - start * tick)
+
+    def _sweep(self, jobdir: JobDir, record: dict[str, object] | None) -> None:
+        """Kill what a job nobody can follow left running, remove its shared memory and its directory."""
+        try:
+            if record is not None:
+                shell = _int(record["shell_pid"])
                 started = self.os.start_time(shell)
                 # Our shell, or no process at all with its pid: then its session's members are its ranks
                 # (a pid is not reused while a session still carries it). Another process: the pid was reused.
-                if started is None or started == record.get("shell_start"):
+                if shell > 0 and (started is None or started == record.get("shell_start")):
                     victims = self.os.session_members(shell)
                     for pid in victims:
                         self.os.signal(pid, signal.SIGKILL)
-                    log.warning(
-                        "job %s: killed %d process(es) left by a previous storm-nm",
-                        record["job_id"],
-                        len(victims),
-                    )
-                kvsname, index = str(record["kvsname"]), int(record["node_index"])  # type: ignore[call-overload]
+                    log.warning("job %s: killed %d process(es) it left", jobdir.path.name, len(victims))
+                kvsname, index = str(record["kvsname"]), _int(record["node_index"])
                 leftovers = list(mpich_shm_names(kvsname, index))
                 if record.get("hook_segment"):
                     leftovers.append(str(record["hook_segment"]).lstrip("/"))
                 self.os.remove_shm(leftovers)
-            jobdir.remove()
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("job %s: unreadable record: %s", jobdir.path.name, exc)
+        jobdir.remove()
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else _int(value)

@@ -29,6 +29,12 @@ class Processes(Protocol):
         once it has exited."""
         ...
 
+    def pidfd(self, pid: int) -> int | None:
+        """A pidfd of a live process that need not be our child (a job shell a previous storm-nm started),
+        readable once it has exited; None if there is no such process. The caller checks afterwards that
+        it is the process it expects (its start time): the pidfd then cannot name a reused pid."""
+        ...
+
     def signal_group(self, pgid: int, sig: int) -> bool:
         """Signal a process group; False if it no longer exists."""
         ...
@@ -85,6 +91,14 @@ class LinuxProcesses:
         except KeyError:
             groups = [gid]
         return self._launcher.spawn(shell, uid=uid, gid=gid, groups=groups, log=log)
+
+    def pidfd(self, pid: int) -> int | None:
+        if pid <= 0:
+            return None
+        try:
+            return os.pidfd_open(pid)
+        except OSError:  # ESRCH: no such process
+            return None
 
     def close(self) -> None:
         if self._launcher is not None:

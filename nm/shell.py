@@ -4,7 +4,13 @@ It opens the job's output files (with the user's own permissions, so ``--output 
 should), spawns the node's ranks each in a process group of its own pinned to its PE, serves their PMI-1
 wire-up (cross-node barriers go through the NM to the MM), reaps them, and reports every exit to the NM.
 Keeping this out of the NM means a flood of PMI traffic never delays the NM's time slices, a bug in PMI
-parsing never runs as root, and (later) an NM restart does not take the ranks' parent with it.
+parsing never runs as root, and an NM restart does not take the ranks' parent with it.
+
+The shell outlives a restart of its NM: its DEALER reconnects by itself once a new storm-nm binds the same
+endpoint. What it sent meanwhile, or just before, may be lost with the old connection, so on every connection
+after the first it sends its whole state again: its ranks' pids, every exit so far, an abort, the PMI barrier
+it waits for, and its final report (the NM treats all of them as idempotent). How the ranks ended is also
+written to the job directory before the final report, for an NM that comes back only after the shell exited.
 
 storm-nm starts job shells by forking them from its launcher (nm/launcher.py), which calls
 :func:`run_shell`. For debugging, ``python -m storm.nm.shell --endpoint ipc://... --node NAME --cpus 0,1
@@ -27,6 +33,7 @@ from pathlib import Path
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm import protocol as p
 from storm.mm.jobs import expand_path
@@ -110,10 +117,16 @@ class Shell:
         self.nm = self.ctx.socket(zmq.DEALER)
         self.nm.setsockopt(zmq.ROUTING_ID, f"job-{launch.job_id}".encode())
         self.nm.setsockopt(zmq.LINGER, 2000)
+        # Set up before connecting, so that the first connection is seen too.
+        self.connections = self.nm.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.nm.connect(endpoint)
         self.all_exited = asyncio.Event()
         self.acked = asyncio.Event()
         self.stopping = False
+        # What a restarted NM is told again (see the module's docstring).
+        self.started: p.RanksStarted | None = None
+        self.barrier: p.PmiBarrierIn | None = None  # sent to the NM, not yet answered
+        self.done: p.ShellDone | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def send(self, msg: p.Message) -> None:
@@ -203,14 +216,13 @@ class Shell:
                     if len(self.launch.ranks_per_node) == 1:
                         await self._reply(self.wireup.barrier_done(outcome.barrier.seq, outcome.barrier.puts))
                     else:
-                        await self.send(
-                            p.PmiBarrierIn(
-                                job_id=self.launch.job_id,
-                                node=self.node,
-                                seq=outcome.barrier.seq,
-                                kvs=outcome.barrier.puts,
-                            )
+                        self.barrier = p.PmiBarrierIn(
+                            job_id=self.launch.job_id,
+                            node=self.node,
+                            seq=outcome.barrier.seq,
+                            kvs=outcome.barrier.puts,
                         )
+                        await self.send(self.barrier)
         finally:
             self.wireup.rank_gone(r.rank)
             r.writer = None
@@ -283,14 +295,45 @@ class Shell:
                 except ValueError as exc:  # a repeated answer (the MM restarted): the ranks already have it
                     print(f"storm-shell: ignored: {exc}", file=sys.stderr)
                     continue
+                if self.barrier is not None and self.barrier.seq == msg.seq:
+                    self.barrier = None
                 await self._reply(replies)
             elif isinstance(msg, p.Ack) and msg.what == p.ShellDone.op:
                 self.acked.set()
+
+    async def _follow_nm(self) -> None:
+        """Every connection after the first is to a restarted NM: tell it everything again."""
+        seen = 0
+        while True:
+            event = parse_monitor_message(await self.connections.recv_multipart())
+            if event["event"] != zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                continue
+            seen += 1
+            if seen > 1:
+                print("storm-shell: reconnected to storm-nm; sending the job's state again", file=sys.stderr)
+                await self._send_state()
+
+    async def _send_state(self) -> None:
+        job_id = self.launch.job_id
+        await self.send(p.ShellHello(job_id=job_id, pid=os.getpid()))
+        if self.started is None:
+            return  # still spawning: ranks_started and the exits follow as usual
+        await self.send(self.started)
+        for r in self.ranks.values():
+            if r.abort is not None and r.exit is None:
+                await self.send(p.RankAborted(job_id=job_id, exit=r.abort))
+            if r.exit is not None:
+                await self.send(p.RankExited(job_id=job_id, exit=r.exit))
+        if self.barrier is not None:
+            await self.send(self.barrier)
+        if self.done is not None:
+            await self.send(self.done)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stop)
         listener = loop.create_task(self._from_nm())
+        follower = loop.create_task(self._follow_nm())
         await self.send(p.ShellHello(job_id=self.launch.job_id, pid=os.getpid()))
         try:
             outputs = self._open_outputs()
@@ -307,7 +350,8 @@ class Shell:
             for fd in {fd for pair in outputs.values() for fd in pair}:
                 os.close(fd)
         started = {str(r.rank): r.pid for r in self.ranks.values() if r.pid}
-        await self.send(p.RanksStarted(job_id=self.launch.job_id, pids=started))
+        self.started = p.RanksStarted(job_id=self.launch.job_id, pids=started)
+        await self.send(self.started)
         for r in self.ranks.values():
             if r.exit is not None and not r.pid:
                 await self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit))
@@ -317,10 +361,15 @@ class Shell:
         done = p.ShellDone(job_id=self.launch.job_id, exits=exits)
         # Written first so that an NM restarted meanwhile can still learn how the ranks ended.
         self.jobdir.exits.write_bytes(p.encode(done))
+        self.done = done
         await self.send(done)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.acked.wait(), ACK_WAIT_SECONDS)
         listener.cancel()
+        follower.cancel()
+        await asyncio.gather(listener, follower, return_exceptions=True)
+        self.nm.disable_monitor()
+        self.connections.close(linger=0)
         self.nm.close()
         self.ctx.term()
         return 0

@@ -9,6 +9,8 @@ Everything lives in one directory (``storm local up --dir``, default ``~/.local/
 
 Node managers bind nothing on the network; the MM's node port is chosen by the kernel (port 0) and read
 back from mm/mm.json. Each node's PEs are pinned to distinct CPUs of this machine while there are enough.
+`storm local down` stops node managers with SIGUSR1, which stops their jobs too (SIGTERM would leave the jobs
+running for a restarted node manager to re-adopt, as ``systemctl restart storm-nm`` does on a real node).
 Tests use the same code (:class:`LocalCluster`) to start and tear down throwaway clusters.
 """
 
@@ -52,6 +54,7 @@ class Daemon:
     pid: int
     start_time: int
     log: str
+    stop_signal: int = signal.SIGTERM  # what stops it for good (a node manager: SIGUSR1, jobs and all)
 
     def alive(self) -> bool:
         """Still the process we started (a reused pid has another start time) and not a zombie."""
@@ -170,7 +173,9 @@ class LocalCluster:
         ]  # fmt: skip
         if self.trace:
             argv += ["--trace", str(self.trace_path(name))]
-        return self._spawn(f"storm-nm {name}", argv, self.dir / "nodes" / f"{name}.log")
+        daemon = self._spawn(f"storm-nm {name}", argv, self.dir / "nodes" / f"{name}.log")
+        daemon.stop_signal = signal.SIGUSR1
+        return daemon
 
     def restart_mm(self, sig: int = signal.SIGKILL) -> None:
         """Kill storm-mm (SIGKILL by default: no chance to clean up) and start it again."""
@@ -181,13 +186,37 @@ class LocalCluster:
         self.start_mm()
         self.save()
 
-    def restart_nm(self, index: int, sig: int = signal.SIGKILL) -> None:
-        """Kill one node manager (SIGKILL by default) and start it again with the same name."""
+    def kill_nm(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """Stop node manager ``index`` with ``sig`` and wait until it is gone.
+
+        SIGKILL (no chance to clean up) and SIGTERM leave its jobs running for the next one to re-adopt;
+        SIGUSR1 stops them first.
+        """
         old = self.nms[index]
         old.signal(sig)
         wait_for(lambda: not old.alive(), STOP_TIMEOUT, f"{old.name} to die")
-        self.nms[index] = self.start_nm(index)
+
+    def revive_nm(self, index: int, *, wait: bool = True) -> None:
+        """Start node manager ``index`` again (after kill_nm); with ``wait``, until it has registered."""
+        log = self.dir / "nodes" / f"node{index}.log"
+        offset = log.stat().st_size if log.exists() else 0
+        self.nms[index] = new = self.start_nm(index)
         self.save()
+
+        def registered() -> bool:
+            if not new.alive():
+                raise LocalClusterError(f"{new.name} exited during start-up:\n{tail(new.log)}")
+            with open(log, "rb") as f:
+                f.seek(offset)
+                return b"registered with storm-mm" in f.read()
+
+        if wait:
+            wait_for(registered, START_TIMEOUT, f"{new.name} to register", interval=0.02)
+
+    def restart_nm(self, index: int, sig: int = signal.SIGKILL, *, wait: bool = False) -> None:
+        """Stop one node manager with ``sig`` (SIGKILL by default) and start it again with the same name."""
+        self.kill_nm(index, sig)
+        self.revive_nm(index, wait=wait)
 
     def wait_nodes_up(self, names: list[str], timeout: float = START_TIMEOUT) -> None:
         with self.client(timeout=5) as client:
@@ -261,9 +290,10 @@ class LocalCluster:
 
     @staticmethod
     def stop(daemons: list[Daemon], timeout: float = STOP_TIMEOUT) -> None:
-        """SIGTERM, wait, then SIGKILL: only the processes we started (pid and start time both match)."""
+        """Each one's stop signal, wait, then SIGKILL: only the processes we started (pid and start time
+        both match)."""
         for d in daemons:
-            d.signal(signal.SIGTERM)
+            d.signal(d.stop_signal)
         try:
             wait_for(lambda: not any(d.alive() for d in daemons), timeout, "daemons to stop", interval=0.05)
         except LocalClusterError:
