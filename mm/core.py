@@ -84,6 +84,8 @@ class Tracking:
     barriers: dict[int, dict[str, dict[str, str]]] = field(default_factory=dict)
     # The last barrier completed: (seq, merged kvs), kept durably until the job ends.
     last_barrier: tuple[int, dict[str, str]] | None = None
+    # Each node's launch until the job runs: sent again to a node whose NM restarted before it arrived.
+    launches: dict[str, LaunchJob] = field(default_factory=dict)
 
 
 class Controller:
@@ -125,6 +127,7 @@ class Controller:
         for node in self.registry.all():
             self.matrix.add_node(node.name, node.pes)  # DOWN ones too: they may come back
         barriers = self.store.barriers()
+        node_exits = self.store.node_exits()  # nodes that had finished their part of a running job
         for job in self.store.jobs(active_only=True):
             if job.state is JobState.PENDING:
                 self.pending[job.id] = job
@@ -132,7 +135,10 @@ class Controller:
             self.active[job.id] = job
             launched = set(job.nodes) if job.state is JobState.RUNNING else set()
             self.tracking[job.id] = Tracking(
-                launched=launched, kill_time=now if job.ending else None, last_barrier=barriers.get(job.id)
+                launched=launched,
+                done=dict(node_exits.get(job.id, {})),
+                kill_time=now if job.ending else None,
+                last_barrier=barriers.get(job.id),
             )
             self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
             if self.cycle is not None:
@@ -292,10 +298,19 @@ class Controller:
         self.store.save_node(node.record())
         listed = set(msg.jobs)
         for job in list(self.active.values()):
-            if msg.node in job.nodes and job.id not in listed and msg.node not in self.tracking[job.id].done:
+            track = self.tracking[job.id]
+            if msg.node in job.nodes and job.id not in listed and msg.node not in track.done:
+                launch = track.launches.get(msg.node)
+                if launch is not None and msg.node not in track.launched and job.ending is None:
+                    # Its launch was lost (sent while the node manager was restarting): send it again.
+                    self.outbox.append((msg.node, launch))
+                    continue
                 reason = f"node {msg.node}: its node manager no longer knows the job"
                 self._node_lost(job, msg.node, reason, now)
         for job_id in sorted(listed):
+            starting = self.active.get(job_id)
+            if starting is not None and starting.state is JobState.STARTING and msg.node in starting.nodes:
+                self._launched(starting, msg.node, now)  # re-adopted by a restarted NM before it reported
             self._stop_if_over(msg.node, job_id)
         log.info("node %s registered with %d PEs (%s)", msg.node, msg.pes, msg.address or "no address")
         self.schedule(now)
@@ -365,6 +380,7 @@ class Controller:
         track = self.tracking[job.id]
         track.launched.add(node)
         if job.state is JobState.STARTING and track.launched >= set(job.nodes):
+            track.launches.clear()
             job = advance(job, JobState.RUNNING, now, start_time=job.start_time)
             self.store.save_job(job)
             self.active[job.id] = job
@@ -384,7 +400,12 @@ class Controller:
                 if not node.stale:
                     self.schedule(now)
             return  # a re-sent report, or the last word from a node that was written off
-        self.tracking[job.id].done[msg.node] = msg.exits
+        track = self.tracking[job.id]
+        track.done[msg.node] = msg.exits
+        if not set(track.done) >= set(job.nodes):
+            # Stored before the ack, after which the node forgets the job: an MM restarted before the job's
+            # other nodes report must know this one finished its part rather than lost it.
+            self.store.save_node_exits(job.id, msg.node, msg.exits)
         self.reports.node_done(msg)
         failed = [e for e in msg.exits if e.failed]
         if msg.reason:
@@ -495,6 +516,7 @@ class Controller:
                 ranks_per_node=counts, slots=slots, argv=spec.argv, cwd=spec.cwd, env=spec.env,
                 uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output, error=spec.error,
             )  # fmt: skip
+            track.launches[node] = launch
             self.outbox.append((node, launch))
         log.info("job %d started on %s", job.id, ",".join(placement.nodes))
 
@@ -544,6 +566,8 @@ class Controller:
             suspended = self.cycle.forget(job_id)
         if track.last_barrier is not None:
             self.store.forget_barrier(job_id)  # the next run wires up afresh
+        if len(job.nodes) > 1:
+            self.store.forget_node_exits(job_id)  # only jobs on several nodes store them
         self.reports.forget(job_id)
         del self.active[job_id]
         del self.tracking[job_id]

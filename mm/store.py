@@ -19,7 +19,7 @@ from pathlib import Path
 import msgpack
 
 from storm.mm.jobs import Job, JobSpec, JobState
-from storm.mm.protocol import ClassChange, ProfileEntry
+from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
 
 SCHEMA_VERSION = 2
 
@@ -86,6 +86,14 @@ CREATE TABLE IF NOT EXISTS nodes (
     reason TEXT NOT NULL DEFAULT '',
     address TEXT NOT NULL DEFAULT '',
     last_seen REAL NOT NULL
+);
+-- A node's final report on a job that still runs elsewhere (its ranks' exits), until the job ends: a
+-- restarted MM must not take a node that finished its part (and forgot the job) for one that lost it.
+CREATE TABLE IF NOT EXISTS node_exits (
+    job_id INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    exits BLOB NOT NULL,
+    PRIMARY KEY (job_id, node)
 );
 """
 
@@ -305,6 +313,30 @@ class Store:
     def forget_barrier(self, job_id: int) -> None:
         with self.transaction():
             self._db.execute("DELETE FROM barriers WHERE job_id = ?", (job_id,))
+
+    # -- nodes' final reports on jobs still running elsewhere
+
+    def save_node_exits(self, job_id: int, node: str, exits: Iterable[RankExit]) -> None:
+        packed = msgpack.packb([[e.rank, e.exit_code, e.signal, e.error] for e in exits])
+        with self.transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO node_exits (job_id, node, exits) VALUES (?, ?, ?)",
+                (job_id, node, packed),
+            )
+
+    def node_exits(self) -> dict[int, dict[str, tuple[RankExit, ...]]]:
+        found: dict[int, dict[str, tuple[RankExit, ...]]] = {}
+        for job_id, node, packed in self._db.execute("SELECT job_id, node, exits FROM node_exits"):
+            exits = tuple(
+                RankExit(rank=rank, exit_code=code, signal=sig, error=error)
+                for rank, code, sig, error in msgpack.unpackb(packed)
+            )
+            found.setdefault(int(job_id), {})[str(node)] = exits
+        return found
+
+    def forget_node_exits(self, job_id: int) -> None:
+        with self.transaction():
+            self._db.execute("DELETE FROM node_exits WHERE job_id = ?", (job_id,))
 
     # -- FCS class changes
 
