@@ -325,6 +325,7 @@ class LocalJobs:
         if not isinstance(launch, p.LaunchJob) or str(launch.job_id) != jobdir.path.name:
             return None
         shell, shell_start = _int(record["shell_pid"]), _optional_int(record.get("shell_start"))
+        ranks = self._live_ranks(record)  # the last check that may refuse the record: nothing is held yet
         # The pidfd first, then the check: if the start time matches, the pidfd names our shell.
         pidfd = self.os.pidfd(shell)
         now = self.os.start_time(shell)
@@ -348,7 +349,6 @@ class LocalJobs:
             log.info("job %d: its shell ended while storm-nm was down", launch.job_id)
             self.shell_gone(job, "the job shell ended while storm-nm was down, leaving no exits")
             return job
-        ranks = self._live_ranks(record)
         for pid in ranks.values():
             # Stopped by time slicing when the old NM went: nobody would continue it. Slices resume with the
             # next heartbeat; until then everything runs, as when heartbeats stop.

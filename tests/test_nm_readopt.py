@@ -187,12 +187,18 @@ def test_a_shell_that_ended_meanwhile_is_finished_from_its_exits_file(tmp_path: 
     assert not (Path("/dev/shm") / segment.lstrip("/")).exists()  # finished: its segment is gone
 
 
-def test_a_job_without_the_nms_own_launch_copy_is_swept(
-    tmp_path: Path, fake_shell: tuple[subprocess.Popen[str], dict[int, int]]
+@pytest.mark.parametrize("damage", ["no launch copy", "bad ranks"])
+def test_a_job_whose_records_are_unusable_is_swept(
+    tmp_path: Path, fake_shell: tuple[subprocess.Popen[str], dict[int, int]], damage: str
 ) -> None:
     shell, ranks = fake_shell
     jobdir = left_by_old_nm(tmp_path, launch_message(10, tmp_path), shell.pid, ranks)
-    jobdir.nm_launch.unlink()  # only the user's copy is left: not to be trusted
+    if damage == "no launch copy":
+        jobdir.nm_launch.unlink()  # only the user's copy is left: not to be trusted
+    else:
+        record = jobdir.load_record()
+        assert record is not None
+        jobdir.save_record({**record, "ranks": {"0": "garbage"}})
 
     async def scenario() -> LocalJobs:
         new = local_jobs(tmp_path)
@@ -200,7 +206,7 @@ def test_a_job_without_the_nms_own_launch_copy_is_swept(
         return new
 
     new = asyncio.run(scenario())
-    assert new.jobs == {} and not jobdir.path.exists()
+    assert new.jobs == {} and new.switcher.units == {} and not jobdir.path.exists()
     shell.wait(timeout=10)
     poll(lambda: all(state(pid) in (None, "Z") for pid in ranks.values()), 10, "the ranks to be killed")
 
