@@ -147,7 +147,7 @@ def test_fcs_classifies_fine_coarse_and_imbalanced_jobs_as_the_paper_does(
     The three jobs share the two PEs in three rows. The imbalance is slightly over 2:1, as in the paper's
     footnote 4: at exactly 2:1 a fast rank's granularity sits on CS_thresh (2 ms).
     """
-    cluster = make_cluster(policy="fcs", mm_mpl=3)
+    cluster = make_cluster(policy="fcs", mm_mpl=3, nm_profile=True)
     env = {**os.environ, "STORM_TEST_DIR": str(tmp_path)}
     with cluster.client() as client:
         fine = client.submit(bsp("1ms"), 2, cwd=str(tmp_path), name="fine", env=env)
@@ -173,6 +173,10 @@ def test_fcs_classifies_fine_coarse_and_imbalanced_jobs_as_the_paper_does(
         ended = [client.wait(j, timeout=JOB_TIMEOUT) for j in jobs]
         assert [j.state for j in ended] == ["COMPLETED"] * 3, [j.reason for j in ended]
         histories = {j: timeline(client, j) for j in jobs}
+        check_profile(client, ended[2])
+    profile = storm_cli(cluster, "stats", "--profile", str(imbalanced)).stdout.splitlines()
+    assert profile[1].split()[:4] == ["RANK", "NODE", "CLASS", "WALL(s)"]
+    assert sorted(line.split()[2] for line in profile[2:]) == ["CS", "CS", "DC", "F"]
 
     assert final_classes(histories[fine], 2) == {0: "CS", 1: "CS"}
     assert final_classes(histories[coarse], 2) == {0: "DC", 1: "DC"}
@@ -186,6 +190,22 @@ def test_fcs_classifies_fine_coarse_and_imbalanced_jobs_as_the_paper_does(
     history = storm_cli(cluster, "classes", "--history", str(imbalanced)).stdout.splitlines()
     assert history[0].split() == ["TIME", "JOB", "RANK", "NODE", "SLOT", "CHANGE"]
     assert sorted(line.split()[-3:] for line in history[1:]) == [["CS", "->", "DC"], ["CS", "->", "F"]]
+
+
+def check_profile(client: Client, job: p.JobInfo) -> None:
+    """The imbalanced job's profile: each rank's time split by class, adding up to its run time, and the fast
+    rank (F) waiting for the slow one (DC) far more than the slow one waits."""
+    entries = client.call(p.GetStats(job_id=job.id), p.StatsView).profile
+    assert sorted((e.rank, e.klass) for e in entries) == [(0, "CS"), (0, "F"), (1, "CS"), (1, "DC")]
+    assert job.start_time is not None and job.end_time is not None
+    run = job.end_time - job.start_time
+    for rank in (0, 1):
+        assert 0.8 * run < sum(e.wall for e in entries if e.rank == rank) < 1.05 * run, entries
+    for e in entries:
+        parts = (e.compute, e.poll, e.blocked, e.stopped, e.queued)
+        assert all(v >= 0 for v in parts) and sum(parts) <= 1.02 * e.wall + 0.05, e
+    waiting = {e.klass: (e.poll + e.blocked) / e.wall for e in entries if e.klass in ("F", "DC")}
+    assert waiting["F"] > 0.3 and waiting["F"] > 2 * waiting["DC"], entries
 
 
 def test_a_job_wide_reset_returns_every_process_to_cs_in_the_same_slot(
