@@ -70,6 +70,11 @@ class Processes(Protocol):
         """The scheduling priority (nice value) of every thread of a process group; gone is no error."""
         ...
 
+    def set_group_nice(self, pid: int, nice: int) -> None:
+        """The nice value of the process's autogroup (its session's weight against other sessions when the
+        kernel groups tasks by session); gone, or no autogroups, is no error."""
+        ...
+
     def remove_shm(self, names: Collection[str]) -> list[str]:
         """Unlink those of the named /dev/shm entries that exist; return the names removed."""
         ...
@@ -137,6 +142,13 @@ class LinuxProcesses:
     def set_nice(self, pgid: int, nice: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.setpriority(os.PRIO_PGRP, pgid, nice)
+
+    def set_group_nice(self, pid: int, nice: int) -> None:
+        # With kernel.sched_autogroup_enabled (the default of most distributions) CFS shares a CPU between
+        # sessions first and by nice only within one; a job's ranks share their job shell's session, so
+        # without this a rank's nice would not count against other jobs' ranks at all.
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
 
     def cpu_ns(self, pid: int) -> int | None:
         stat = self.schedstat(pid)

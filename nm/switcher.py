@@ -71,6 +71,7 @@ class ContextSwitcher:
         self.units: dict[Key, Unit] = {}
         self.classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)
         self.f_priority = "slot"  # FCS: which F processes have priority (FcsParameters.f_priority)
+        self.group_nice: dict[int, int] = {}  # job -> the nice of its ranks' autogroup on this node
         self.active: int | None = None
         self.durations: deque[float] = deque(maxlen=SAMPLES)  # seconds from arrival to effect
         self.switches = 0
@@ -105,6 +106,7 @@ class ContextSwitcher:
         for key in [k for k in self.units if k[0] == job_id]:
             del self.units[key]
             self.classes.pop(key, None)
+        self.group_nice.pop(job_id, None)
 
     def _of(self, job_id: int) -> list[Unit]:
         return [u for u in self.units.values() if u.job_id == job_id]
@@ -165,7 +167,21 @@ class ContextSwitcher:
             if nice != unit.nice and unit.pid:
                 self.os.set_nice(unit.pid, nice)
                 unit.nice = nice
+        self._set_group_nice()
         return expected
+
+    def _set_group_nice(self) -> None:
+        """A job's ranks on this node share one session, so one autogroup: it gets the priority of its
+        most favoured rank (a job with a rank that yields on one PE and one that has priority on another
+        must not yield on both)."""
+        wanted: dict[int, tuple[int, int]] = {}  # job -> (nice, a pid of the job)
+        for unit in self.units.values():
+            if unit.pid and (unit.job_id not in wanted or unit.nice < wanted[unit.job_id][0]):
+                wanted[unit.job_id] = (unit.nice, unit.pid)
+        for job_id, (nice, pid) in wanted.items():
+            if self.group_nice.get(job_id, 0) != nice:
+                self.os.set_group_nice(pid, nice)
+                self.group_nice[job_id] = nice
 
     async def _verify(
         self, expected: dict[int, bool], seq: int, active: int | None, sent: float | None, received: float

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
+
+import pytest
 
 from storm.nm.fcs import Klass
+from storm.nm.processes import LinuxProcesses
 from storm.nm.switcher import BACKGROUND_NICE, ContextSwitcher
 
 
@@ -15,6 +21,7 @@ class FakeOs:
     def __init__(self) -> None:
         self.signals: list[tuple[int, int]] = []
         self.nice: dict[int, int] = {}
+        self.group_nice: dict[int, int] = {}
         self.stopped: set[int] = set()
 
     def signal_group(self, pgid: int, sig: int) -> bool:
@@ -24,6 +31,9 @@ class FakeOs:
 
     def set_nice(self, pgid: int, nice: int) -> None:
         self.nice[pgid] = nice
+
+    def set_group_nice(self, pid: int, nice: int) -> None:
+        self.group_nice[pid] = nice
 
     def states(self, pids: list[int]) -> dict[int, str | None]:
         return {pid: "T" if pid in self.stopped else "R" for pid in pids}
@@ -96,6 +106,37 @@ def test_fcs_prioritizes_the_f_process_of_the_slot_over_the_dc_sharing_its_pe() 
     switcher.classes[(2, 0)] = Klass.DC
     run(switcher, fake, 0)
     assert fake.nice == {200: BACKGROUND_NICE}  # job 1 is F in its own slot; DC job 2 yields to it
+    assert fake.group_nice == {200: BACKGROUND_NICE}  # and so does job 2's session on this node
     run(switcher, fake, 1)
-    assert fake.nice == {200: 0}  # job 2's slot: nobody is favoured
+    assert fake.nice == {200: 0} and fake.group_nice == {200: 0}  # job 2's slot: nobody is favoured
     assert 100 not in fake.stopped and 200 not in fake.stopped
+
+
+def test_a_jobs_session_yields_only_if_all_its_ranks_on_the_node_yield() -> None:
+    """Job 2 has a DC rank on PE 0 beside job 1's F rank, and an F rank of its own slot on PE 1: its ranks
+    share one session (one autogroup), which must keep the priority of the favoured one."""
+    fake = FakeOs()
+    switcher = ContextSwitcher(fake)  # type: ignore[arg-type]
+    switcher.policy = "fcs"
+    switcher.add(1, [(0, 0)], row=0)
+    switcher.add(2, [(0, 0), (1, 1)], row=0)
+    switcher.started(1, {0: 100})
+    switcher.started(2, {0: 200, 1: 201})
+    switcher.classes.update({(1, 0): Klass.F, (2, 0): Klass.DC, (2, 1): Klass.F})
+    run(switcher, fake, 0)
+    assert fake.nice == {200: BACKGROUND_NICE}
+    assert fake.group_nice == {}  # the session keeps nice 0: rank 1 of job 2 has priority on PE 1
+
+
+def test_the_kernel_takes_a_sessions_nice() -> None:
+    """The real seam: a process in a session of its own gets the autogroup nice asked for."""
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)")
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                             start_new_session=True)  # fmt: skip
+    try:
+        LinuxProcesses().set_group_nice(child.pid, 7)
+        with open(f"/proc/{child.pid}/autogroup") as f:
+            assert f.read().split()[-1] == "7"
+    finally:
+        child.communicate(b"")
