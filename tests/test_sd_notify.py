@@ -93,7 +93,7 @@ class Receiver:
 
     def all(self) -> list[tuple[bytes, int]]:
         """Every datagram queued now, with the sender's pid."""
-        out = []
+        out: list[tuple[bytes, int]] = []
         size = struct.calcsize("iII")
         while True:
             try:
