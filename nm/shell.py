@@ -314,6 +314,8 @@ class Shell:
                 await self._send_state()
 
     async def _send_state(self) -> None:
+        if self.acked.is_set():
+            return  # the NM has everything: it may even have forgotten the job by now
         job_id = self.launch.job_id
         await self.send(p.ShellHello(job_id=job_id, pid=os.getpid()))
         if self.started is None:
