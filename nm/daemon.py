@@ -41,8 +41,10 @@ import zmq.asyncio
 from storm.mm import protocol as p
 from storm.mm.config import StormConfig
 from storm.mm.daemon import bind, peer_credentials
+from storm.mm.limits import LogThrottle
 from storm.mm.priority import request_realtime
 from storm.mm.sd_notify import Notifier
+from storm.nm.checks import shell_problem
 from storm.nm.classes import Classifier
 from storm.nm.fcs import Klass
 from storm.nm.gang import GangFollower
@@ -93,6 +95,10 @@ class NodeManager:
         self.heartbeats.setsockopt(zmq.LINGER, 0)
         self.heartbeats.setsockopt(zmq.CONFLATE, 1)  # only the newest heartbeat matters
         self.heartbeats.setsockopt(zmq.SUBSCRIBE, b"")
+        self.heartbeats.setsockopt(zmq.MAXMSGSIZE, p.MAX_CLIENT_MESSAGE)  # a heartbeat is ~100 bytes
+        self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
+        # The PMI barrier each job's shell may enter next (jobs launched here; re-adopted ones once known).
+        self.next_barrier: dict[int, int] = {}
         self.heartbeat_endpoint = ""
         # Line-buffered: a reader sees each heartbeat as it happens (ten short writes a second).
         self.trace = open(config.nm.trace, "a", buffering=1) if config.nm.trace else None  # noqa: SIM115
@@ -225,11 +231,16 @@ class NodeManager:
             try:
                 beat = p.decode(data, p.MAX_CLIENT_MESSAGE)
             except p.ProtocolError as exc:
-                log.warning("bad heartbeat: %s", exc)
+                self._warn("bad heartbeat", "bad heartbeat: %s", exc)
                 continue
             if not isinstance(beat, p.Heartbeat):
-                log.warning("unexpected %s on the heartbeat socket", beat.op)
-            elif self.policy in ("gang", "fcs") and self.follower.accept(beat, time.monotonic()):
+                self._warn("bad heartbeat", "unexpected %s on the heartbeat socket", beat.op)
+            elif self.policy in ("gang", "fcs") and not self.follower.accept(beat, time.monotonic()):
+                if beat.epoch == self.follower.epoch:
+                    self._warn("stale heartbeat", "ignored heartbeat %d: replayed or out of order", beat.seq)
+                else:  # a restarted MM's, until this NM has registered with it
+                    log.debug("ignored heartbeat %d of storm-mm %s", beat.seq, beat.epoch[:8])
+            elif self.policy in ("gang", "fcs"):
                 self._sample()  # first: who is inside a blocking call as the slice ends
                 if self.policy == "fcs":
                     self.classifier.end_of_slot(self.switcher.active, beat.resets)
@@ -272,6 +283,9 @@ class NodeManager:
                 self.local.shell_gone(job, "storm-nm stopped before the job shell finished")
             assert job.done is not None
             await self._to_mm(job.done)
+
+    def _warn(self, kind: object, text: str, *args: object) -> None:
+        self.throttle.warning(log, kind, time.monotonic(), text, *args)
 
     async def _to_mm(self, msg: p.Message) -> None:
         await self.mm.send(p.encode(msg))
@@ -358,6 +372,7 @@ class NodeManager:
                 self.wake_reporter.set()
             case p.LaunchJob():
                 if msg.job_id not in self.jobs:  # else a repeated launch: the first one is under way
+                    self.next_barrier[msg.job_id] = 0
                     job = self.local.launch(msg, self._shell_exited)
                     if job.done is not None:
                         await self._to_mm(job.done)
@@ -380,6 +395,7 @@ class NodeManager:
                 ):
                     log.debug("job %d: PMI barrier %d out (%d keys)", msg.job_id, msg.seq, len(msg.kvs))
                     job.barrier = None
+                    self.next_barrier[msg.job_id] = msg.seq + 1
                     await self.shells.send_multipart([job.identity, p.encode(msg)])
             case p.Ack():
                 self._acked(msg)
@@ -393,6 +409,7 @@ class NodeManager:
         job = self.jobs.get(msg.job_id)
         if job is not None and job.done is not None and msg.what == p.JobNodeDone.op:
             self.local.forget(job)
+            self.next_barrier.pop(msg.job_id, None)
             self.classifier.forget(msg.job_id)
             if self.profiler is not None:
                 self.profiler.forget(msg.job_id)
@@ -416,12 +433,17 @@ class NodeManager:
         try:
             msg = p.decode(frames[1].bytes, p.MAX_NODE_MESSAGE)
         except p.ProtocolError as exc:
-            log.warning("bad message from a job shell: %s", exc)
+            self._warn("bad shell", "bad message from a job shell: %s", exc)
             return
         job = self.jobs.get(getattr(msg, "job_id", -1))
         caller = peer_credentials(frames[1])
         if job is None or caller is None or caller.pid != job.shell_pid or identity != job.identity:
-            log.warning("dropped %s from an unknown job shell (%r)", msg.op, identity)
+            self._warn("bad shell", "dropped %s from an unknown job shell (%r)", msg.op, identity)
+            return
+        job_id = job.launch.job_id
+        problem = shell_problem(job, msg, self.name, self.next_barrier.get(job_id), self.os.start_time)
+        if problem is not None:
+            self._warn("bad shell", "job %d: refused %s from its shell: %s", job_id, msg.op, problem)
             return
         match msg:
             case p.RanksStarted():

@@ -1,0 +1,79 @@
+"""What a node manager accepts from a job shell, beyond what decoding checks: pure, so it is unit tested.
+
+A job shell runs as the job's user, so the NM (root) does not take its word for anything that would make it
+signal processes or end the job differently: a message must be about the shell's own job and ranks, must
+not contradict a report already taken, and PMI barriers must come in order (0, 1, 2, ...), one at a time.
+Anything else is refused with the reason, which the NM logs; nothing of the job changes.
+
+A shell re-sends its whole state when it reconnects (to a restarted NM): an exact repeat of a report, or of
+the barrier just passed, is therefore accepted, and the NM's handling of it changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from storm.mm import protocol as p
+from storm.nm.local_jobs import LocalJob
+
+
+def shell_problem(
+    job: LocalJob,
+    msg: p.Message,
+    node: str,
+    next_barrier: int | None,
+    start_time: Callable[[int], int | None],
+) -> str | None:
+    """Why ``msg`` from ``job``'s shell must be refused, or None to accept it.
+
+    ``next_barrier`` is the PMI barrier the NM expects next from the job (None: not known, any is taken);
+    ``start_time`` gives a process's kernel start time (Processes.start_time), None once it is gone.
+    """
+    ranks = {slot.rank for slot in job.launch.slots}
+    match msg:
+        case p.ShellHello():
+            if msg.pid != job.shell_pid:
+                return f"hello from pid {msg.pid}, but the job shell is pid {job.shell_pid}"
+        case p.RanksStarted():
+            foreign = sorted(int(rank) for rank in msg.pids if int(rank) not in ranks)
+            if foreign:
+                return f"rank(s) {foreign} are not this node's ranks of the job"
+            if len(set(msg.pids.values())) != len(msg.pids) or job.shell_pid in msg.pids.values():
+                return "a process id given twice, or the shell's own"
+            older = foreign_pids(msg.pids, job.shell_pid, start_time)
+            if older:
+                return f"process(es) {older} started before the job shell: they are not its ranks"
+        case p.RankExited() | p.RankAborted():
+            if msg.exit.rank not in ranks:
+                return f"rank {msg.exit.rank} is not one of this node's ranks of the job"
+            earlier = job.exits.get(msg.exit.rank)
+            if isinstance(msg, p.RankExited) and earlier is not None and earlier != msg.exit:
+                return f"rank {msg.exit.rank} already ended otherwise ({earlier.describe()})"
+        case p.ShellDone():
+            seen = [e.rank for e in msg.exits]
+            if len(set(seen)) != len(seen) or not set(seen) <= ranks:
+                return f"exits for ranks {seen}, but this node runs ranks {sorted(ranks)}, once each"
+        case p.PmiBarrierIn():
+            if msg.node != node:
+                return f"a barrier for node {msg.node!r} sent to node {node!r}"
+            if job.barrier is not None and msg.seq != job.barrier.seq:
+                return f"barrier {msg.seq} while barrier {job.barrier.seq} is still pending"
+            # The one just passed may come again: its answer was lost to a reconnection, and the MM has it.
+            expected = (next_barrier - 1, next_barrier) if next_barrier is not None else ()
+            if job.barrier is None and expected and msg.seq not in expected:
+                return f"barrier {msg.seq} out of order: the next one is {next_barrier}"
+        case _:
+            return f"{msg.op} is not a job shell message"
+    return None
+
+
+def foreign_pids(pids: dict[str, int], shell_pid: int, start_time: Callable[[int], int | None]) -> list[int]:
+    """The claimed rank pids that cannot be the shell's children: processes that started before it.
+
+    The NM signals ranks' process groups as root, so a shell must not make it signal, say, init's. A pid
+    already gone is no danger; if the shell itself is gone, the job is ending and is swept by session.
+    """
+    shell_start = start_time(shell_pid)
+    if shell_start is None:
+        return []
+    return sorted(pid for pid in pids.values() if (t := start_time(pid)) is not None and t < shell_start)
