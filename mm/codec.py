@@ -180,9 +180,9 @@ def decode(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> Message:
     return built
 
 
-def peek_req(data: bytes) -> int:
+def peek_req(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> int:
     """The ``req`` of a message that failed to decode, if it can be found, so the error reaches its waiter."""
-    if len(data) > MAX_CLIENT_MESSAGE:
+    if len(data) > max_bytes:
         return 0
     try:
         body = msgpack.unpackb(data, raw=False, strict_map_key=False)

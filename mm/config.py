@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storm.mm.protocol import FcsParameters
+from storm.mm.protocol import MAX_NODE_MESSAGE, FcsParameters
 
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
 POLICIES = ("batch", "gang", "sb", "fcs")
@@ -56,6 +56,12 @@ class MMConfig:
     # A job submitted with --requeue goes back to the queue after a node failure at most this many times
     # (Slurm's MaxBatchRequeue, also 5); after that it ends NODE_FAIL. 0: never requeue.
     max_requeues: int = 5
+    # Per-client limits (a client is a uid). A request larger than this gets a `too_large` error; one over
+    # four times this is cut off by ZeroMQ before it is read at all (the peer is disconnected).
+    max_message_bytes: int = 1 << 20
+    # Submissions per second per user, refilling a bucket of submit_burst (a token bucket); 0: no limit.
+    submit_rate: float = 100.0
+    submit_burst: int = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,6 +200,10 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError("mm.node_timeout and mm.kill_timeout must be positive")
     if config.mm.max_requeues < 0:
         raise ConfigError("mm.max_requeues must not be negative (0: never requeue)")
+    if not 4096 <= config.mm.max_message_bytes <= MAX_NODE_MESSAGE:
+        raise ConfigError(f"mm.max_message_bytes must be between 4096 and {MAX_NODE_MESSAGE}")
+    if config.mm.submit_rate < 0 or config.mm.submit_burst < 1:
+        raise ConfigError("mm.submit_rate must not be negative (0: no limit), mm.submit_burst must be >= 1")
     if config.mm.default_time_limit < 0:
         raise ConfigError("mm.default_time_limit must not be negative (0: no limit)")
     if config.mm.sync.upper() not in ("FULL", "NORMAL", "EXTRA"):

@@ -28,6 +28,7 @@ from storm.mm import protocol as p
 from storm.mm.config import StormConfig
 from storm.mm.core import Controller, Rejected
 from storm.mm.jobs import JobSpec
+from storm.mm.limits import LogThrottle, RateLimits
 from storm.mm.priority import request_realtime
 from storm.mm.sd_notify import Notifier
 from storm.mm.store import Store
@@ -35,6 +36,12 @@ from storm.mm.store import Store
 log = logging.getLogger("storm.mm")
 
 TICK_SECONDS = 0.2
+# A client request up to this many times [mm] max_message_bytes is read and refused with a clear error; a
+# larger one makes ZeroMQ drop the connection before buffering it (ZMQ_MAXMSGSIZE), so no peer can make the
+# MM allocate more than this per message.
+HARD_LIMIT_FACTOR = 4
+# Subscriptions are the only thing a heartbeat subscriber sends (NMs subscribe to everything: one byte).
+MAX_SUBSCRIPTION = 256
 
 
 class Caller:
@@ -99,13 +106,17 @@ class MachineManager:
             # A peer that vanished must not make the MM block or grow without bound.
             s.setsockopt(zmq.ROUTER_MANDATORY, 0)
             s.setsockopt(zmq.SNDHWM, 100_000)
-        self.clients.setsockopt(zmq.MAXMSGSIZE, p.MAX_CLIENT_MESSAGE)
+        self.max_message = config.mm.max_message_bytes
+        self.clients.setsockopt(zmq.MAXMSGSIZE, HARD_LIMIT_FACTOR * self.max_message)
         self.nodes.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
         self.nodes.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self.heartbeats = self.ctx.socket(zmq.PUB)
         self.heartbeats.setsockopt(zmq.LINGER, 0)
         # Only the newest heartbeat matters: a slow subscriber loses old ones rather than queueing them.
         self.heartbeats.setsockopt(zmq.SNDHWM, 4)
+        self.heartbeats.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION)
+        self.submits = RateLimits(config.mm.submit_rate, config.mm.submit_burst)
+        self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
         self.waiters: dict[int, list[tuple[bytes, int]]] = {}
         self.stopping = asyncio.Event()
         self.notify = Notifier.from_environment()  # systemd's Type=notify; nothing without it
@@ -225,6 +236,9 @@ class MachineManager:
             for identity, req in self.waiters.pop(job.id, []):
                 self._send(self.clients, identity, p.JobList(req=req, jobs=(job.info(),)))
 
+    def _warn(self, kind: object, text: str, *args: object) -> None:
+        self.throttle.warning(log, kind, time.monotonic(), text, *args)
+
     def _send(self, socket: zmq.asyncio.Socket, identity: bytes, msg: p.Message) -> None:
         try:
             socket.send_multipart([identity, p.encode(msg)], flags=zmq.NOBLOCK)
@@ -235,16 +249,20 @@ class MachineManager:
 
     async def _client_message(self, frames: list[zmq.Frame]) -> None:
         if len(frames) != 2:
-            log.warning("client message with %d frames dropped", len(frames))
+            self._warn("client frames", "client message with %d frames dropped", len(frames))
             return
-        identity, body = frames[0].bytes, frames[1]
+        identity, body, limit = frames[0].bytes, frames[1], self.max_message
+        if len(body) > limit:
+            text = f"request of {len(body)} bytes is over the [mm] max_message_bytes limit of {limit}"
+            self._warn("client too_large", "client message refused: %s", text)
+            self._send(self.clients, identity, p.Error(code="too_large", text=text))
+            return
         try:
-            msg = p.decode(body.bytes, p.MAX_CLIENT_MESSAGE)
+            msg = p.decode(body.bytes, limit)
         except p.ProtocolError as exc:
-            log.warning("bad client message: %s", exc)
-            self._send(
-                self.clients, identity, p.Error(req=p.peek_req(body.bytes), code="bad_request", text=str(exc))
-            )
+            self._warn("client bad_request", "bad client message: %s", exc)
+            error = p.Error(req=p.peek_req(body.bytes, limit), code="bad_request", text=str(exc))
+            self._send(self.clients, identity, error)
             return
         caller = peer_credentials(body)
         if caller is None:
@@ -252,6 +270,17 @@ class MachineManager:
                 self.clients, identity, p.error_for(msg, "unauthenticated", "only local clients are served")
             )
             return
+        if isinstance(msg, p.SubmitJob):
+            wait = self.submits.allow(caller.uid, time.monotonic())
+            if wait:
+                limits = self.config.mm
+                text = (
+                    f"too many submissions from {caller.user}: at most {limits.submit_rate:g} per second"
+                    f" after a burst of {limits.submit_burst}; try again in {wait:.2f} s"
+                )
+                self._warn(("rate", caller.uid), "%s", text)
+                self._send(self.clients, identity, p.error_for(msg, "rate_limited", text))
+                return
         try:
             reply = self._client_request(msg, caller, identity)
         except Rejected as exc:
@@ -312,13 +341,13 @@ class MachineManager:
 
     async def _node_message(self, frames: list[zmq.Frame]) -> None:
         if len(frames) != 2:
-            log.warning("node message with %d frames dropped", len(frames))
+            self._warn("node frames", "node message with %d frames dropped", len(frames))
             return
         identity, body = frames[0].bytes, frames[1].bytes
         try:
             msg = p.decode(body, p.MAX_NODE_MESSAGE)
         except p.ProtocolError as exc:
-            log.warning("bad message from node %r: %s", identity, exc)
+            self._warn("node bad", "bad message from node %r: %s", identity, exc)
             self._send(self.nodes, identity, p.Error(code="bad_request", text=str(exc)))
             return
         node = getattr(msg, "node", None)
@@ -327,6 +356,11 @@ class MachineManager:
             self._send(
                 self.nodes, identity, p.Error(code="bad_request", text="node name differs from routing id")
             )
+            return
+        if node is not None and not isinstance(msg, p.RegisterNode) and self.core.registry.get(node) is None:
+            # A node that never registered has no jobs, PEs or state here: nothing it reports can be true.
+            self._warn("node unknown", "%s from unknown node %r", msg.op, node)
+            self._send(self.nodes, identity, p.Reregister(reason=f"unknown node {node!r}: register first"))
             return
         now = time.time()
         reply: p.Message | None = None

@@ -1,18 +1,32 @@
-"""End to end: bad input gets a clear error, changes nothing, and no daemon dies of it."""
+"""End to end: bad input gets a clear error, changes nothing, and no daemon dies of it.
+
+Also the per-client limits (message size, submission rate) and what a node manager makes of heartbeats that
+are replayed, out of order or from another MM, against a fake MM the test plays. The fuzzers are in
+tests/test_fuzz.py.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgpack
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from storm.mm import protocol as p
-from storm.tools.client import Client
+from storm.tools.client import Client, ClientError
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import storm_cli
+from tests.conftest import poll, storm_cli
 
 pytestmark = pytest.mark.slow
 
@@ -79,9 +93,8 @@ def test_garbage_on_the_client_socket_gets_error_replies(cluster: LocalCluster, 
             reply = p.decode(sock.recv(), p.MAX_NODE_MESSAGE)
             assert isinstance(reply, p.Error), (data, reply)
             assert reply.code == "bad_request" and reply.text
-        # Two frames instead of one, and a message over the size limit: no reply is possible, no harm done.
+        # Two frames instead of one: no reply is possible (which frame was the request?), no harm done.
         sock.send_multipart([b"a", b"b"])
-        sock.send(b"x" * (p.MAX_CLIENT_MESSAGE + 1))
     finally:
         sock.close()
     assert snapshot(client) == before
@@ -95,10 +108,18 @@ def test_garbage_on_the_node_socket_leaves_the_mm_up(cluster: LocalCluster, clie
         for data in GARBAGE[:3]:
             sock.send(data)
             assert isinstance(p.decode(sock.recv(), p.MAX_NODE_MESSAGE), p.Error)
-        # Well-formed but wrong: a report about a job that does not exist, from a node that does not exist.
-        fake = p.JobNodeDone(job_id=424242, node="intruder", exits=(p.RankExit(rank=0, exit_code=0),))
-        sock.send(p.encode(fake))
-        assert isinstance(p.decode(sock.recv(), p.MAX_NODE_MESSAGE), p.Ack)
+        # Well-formed but wrong: reports from a node that never registered, about jobs that do not exist or
+        # that run elsewhere. The MM believes none of them and asks the sender to register first.
+        for fake in (
+            p.JobNodeDone(job_id=424242, node="intruder", exits=(p.RankExit(rank=0, exit_code=0),)),
+            p.JobLaunched(job_id=424242, node="intruder", pids={"0": 4242}),
+            p.RankFailed(job_id=1, node="intruder", exit=p.RankExit(rank=0, signal=9)),
+            p.PmiBarrierIn(job_id=1, node="intruder", seq=0, kvs={"k": "v"}),
+            p.NodeStatus(node="intruder", nm_epoch="x", mm_epoch="y", jobs=(1, 2)),
+        ):
+            sock.send(p.encode(fake))
+            reply = p.decode(sock.recv(), p.MAX_NODE_MESSAGE)
+            assert isinstance(reply, p.Reregister) and "register first" in reply.reason, (fake, reply)
         # A node message naming another node than the sender's routing id.
         sock.send(p.encode(p.NodeStatus(node="node0", nm_epoch="x", mm_epoch="y")))
         assert isinstance(p.decode(sock.recv(), p.MAX_NODE_MESSAGE), p.Error)
@@ -106,6 +127,150 @@ def test_garbage_on_the_node_socket_leaves_the_mm_up(cluster: LocalCluster, clie
         sock.close()
     assert snapshot(client) == before
     assert {n.name: n.state for n in client.nodes()} == {"node0": "UP", "node1": "UP"}
+
+
+def test_oversized_requests_get_a_clear_error_up_to_the_cut_off(
+    cluster: LocalCluster, client: Client
+) -> None:
+    before = snapshot(client)
+    sock = raw_dealer(cluster.endpoint)
+    try:
+        big = p.SubmitJob(req=21, ranks=1, argv=("true",), cwd="/", env={"BIG": "x" * p.MAX_CLIENT_MESSAGE})
+        data = p.encode(big)
+        sock.send(data)
+        reply = p.decode(sock.recv(), p.MAX_NODE_MESSAGE)
+        assert isinstance(reply, p.Error) and reply.code == "too_large"
+        assert reply.text == (
+            f"request of {len(data)} bytes is over the [mm] max_message_bytes limit of {p.MAX_CLIENT_MESSAGE}"
+        )
+    finally:
+        sock.close()
+    # Over four times the limit, ZeroMQ cuts the connection before the MM reads (or buffers) the message.
+    cut = zmq.Context.instance().socket(zmq.DEALER)
+    cut.setsockopt(zmq.LINGER, 0)
+    monitor = cut.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+    try:
+        monitor.setsockopt(zmq.RCVTIMEO, 10_000)
+        cut.connect(cluster.endpoint)
+        assert recv_monitor_message(monitor)["event"] == zmq.EVENT_CONNECTED
+        cut.send(b"x" * (4 * p.MAX_CLIENT_MESSAGE + 1))
+        assert recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED
+    finally:
+        cut.disable_monitor()
+        monitor.close()
+        cut.close()
+    assert snapshot(client) == before
+    assert client.nodes()
+
+
+def test_submissions_are_limited_per_user_with_a_clear_error(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    cluster = make_cluster(mm_submit_rate=0.5, mm_submit_burst=3)
+    with cluster.client() as client:
+        ids = [client.submit(["true"], 1, cwd=str(tmp_path), output="/dev/null") for _ in range(3)]
+        with pytest.raises(ClientError) as refused:
+            client.submit(["true"], 1, cwd=str(tmp_path), output="/dev/null")
+        assert refused.value.code == "rate_limited"
+        me = pwd.getpwuid(os.getuid()).pw_name
+        expected = (
+            rf"too many submissions from {me}: at most 0.5 per second after a burst of 3;"
+            r" try again in [0-2]\.\d\d s"
+        )
+        assert re.fullmatch(expected, str(refused.value)), str(refused.value)
+        result = storm_cli(cluster, "submit", "-n", "1", "--output", "/dev/null", "--", "true", cwd=tmp_path)
+        assert result.returncode == 1 and f"storm submit: too many submissions from {me}" in result.stderr
+        # The bucket refills at one token per two seconds (the CLI above must start within that time).
+        poll(lambda: submitted(client, tmp_path, ids), 5.0, "a submission to be accepted again")
+        assert len(ids) == 4
+        assert [j.id for j in client.jobs(everything=True)] == ids  # nothing refused was stored
+
+
+def submitted(client: Client, cwd: Path, ids: list[int]) -> bool:
+    try:
+        ids.append(client.submit(["true"], 1, cwd=str(cwd), output="/dev/null"))
+    except ClientError as exc:
+        assert exc.code == "rate_limited"
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- heartbeats
+
+
+@contextlib.contextmanager
+def standalone_nm(mm: str, run_dir: Path, *options: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A storm-nm named n1 talking to ``mm`` (a fake MM the test plays), logging to run_dir/../nm.log."""
+    argv = [
+        sys.executable, "-m", "storm.nm.main", "--name", "n1", "--mm", mm, "--run-dir", str(run_dir),
+        "--pes", "1", "--realtime", "false", "--log-level", "debug", *options,
+    ]  # fmt: skip
+    with open(run_dir.parent / "nm.log", "ab") as log:
+        nm = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        yield nm
+    finally:
+        nm.send_signal(signal.SIGTERM)
+        nm.wait(timeout=30)
+
+
+def fake_mm() -> tuple[zmq.Socket[bytes], str]:
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 10_000)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    return sock, f"tcp://127.0.0.1:{port}"
+
+
+def test_replayed_and_out_of_order_heartbeats_change_nothing(tmp_path: Path) -> None:
+    """The NM switches only on a newer heartbeat of the MM it registered with; every other one is logged and
+    ignored. Its trace (one line per heartbeat it acted on) shows which it took."""
+    mm, endpoint = fake_mm()
+    beats = zmq.Context.instance().socket(zmq.XPUB)  # XPUB: it hears when the NM has subscribed
+    beats.setsockopt(zmq.LINGER, 0)
+    beats.setsockopt(zmq.RCVTIMEO, 10_000)
+    port = beats.bind_to_random_port("tcp://127.0.0.1")
+    run_dir, trace = tmp_path / "nm", tmp_path / "trace"
+    log = tmp_path / "nm.log"
+    try:
+        with standalone_nm(endpoint, run_dir, "--trace", str(trace)):
+            identity, first = mm.recv_multipart()
+            assert isinstance(p.decode(first), p.RegisterNode)
+            registered = p.NodeRegistered(
+                node="n1", mm_epoch="mm-a", report_interval=1.0, policy="gang", heartbeat_port=port, slice=0.1
+            )
+            mm.send_multipart([identity, p.encode(registered)])
+            assert beats.recv() == b"\x01"  # subscribed to everything
+
+            def beat(seq: int, epoch: str = "mm-a") -> None:
+                heartbeat = p.Heartbeat(epoch=epoch, seq=seq, row=0, sent=time.time(), slice=0.1)
+                beats.send(p.encode(heartbeat))
+
+            def traced() -> list[int]:
+                return (
+                    [int(line.split()[0]) for line in trace.read_text().splitlines()]
+                    if trace.exists()
+                    else []
+                )
+
+            for seq, epoch, outcome in [
+                (1, "mm-a", "taken"),
+                (2, "mm-a", "taken"),
+                (2, "mm-a", "ignored heartbeat 2: replayed or out of order"),
+                (1, "mm-a", "ignored heartbeat 1: replayed or out of order"),
+                (9, "mm-b", "ignored heartbeat 9 of storm-mm mm-b"),
+                (3, "mm-a", "taken"),
+            ]:
+                beat(seq, epoch)
+                if outcome == "taken":
+                    poll(lambda s=seq: traced()[-1:] == [s], 10.0, f"heartbeat {seq} to be taken")
+                else:
+                    poll(lambda o=outcome: o in log.read_text(), 10.0, f"'{outcome}' in the log")
+            assert traced() == [1, 2, 3]
+            assert "Traceback" not in log.read_text()
+    finally:
+        mm.close()
+        beats.close()
 
 
 def test_client_socket_is_a_local_socket_open_to_all_users(cluster: LocalCluster) -> None:
