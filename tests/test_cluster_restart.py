@@ -201,27 +201,37 @@ def test_nm_sigkill_under_gang_scheduling_leaves_no_rank_stopped(
 
 
 def test_mm_sigkill_between_two_nodes_final_reports(make_cluster: object, tmp_path: Path) -> None:
-    """One node finished its part (reported, acknowledged, forgotten) before the MM died, the other's rank
-    fails while it is down: the restarted MM records the job FAILED with that rank's exit code."""
-    cluster: LocalCluster = make_cluster(nodes=2, pes_per_node=1)  # type: ignore[operator]
-    rank = 'while [ ! -e "go$STORM_RANK" ]; do sleep 0.02; done; exit $((STORM_RANK * 5))'
+    """One node finished its part of a job (reported, acknowledged, forgotten) before the MM died: the
+    restarted MM still waits for the other node, and records the job as its last rank ends. A job whose rank
+    fails while the MM is down is recorded FAILED with that rank's exit code."""
+    cluster: LocalCluster = make_cluster(nodes=2, pes_per_node=2)  # type: ignore[operator]
+    # Ranks 0 and 1 (node0) end with 0 on go0, rank 2 (node1) with 5 on go2; the other job's rank with 4.
+    wide = 'while [ ! -e "go$STORM_RANK" ]; do sleep 0.02; done; exit $((STORM_RANK / 2 * 5))'
+    alone = 'while [ ! -e "go-alone" ]; do sleep 0.02; done; exit 4'
     with cluster.client() as client:
-        job = client.submit(["sh", "-c", rank], 2, cwd=str(tmp_path))
-        poll(lambda: client.job(job).state == "RUNNING", 30, "the job to run")
-        (tmp_path / "go0").touch()
+        job = client.submit(["sh", "-c", wide], 3, cwd=str(tmp_path))
+        other = client.submit(["sh", "-c", alone], 1, cwd=str(tmp_path))
+        poll(lambda: client.job(other).state == client.job(job).state == "RUNNING", 30, "the jobs to run")
+        assert (client.job(job).nodes, client.job(other).nodes) == (("node0", "node1"), ("node1",))
+        for rank in (0, 1):
+            (tmp_path / f"go{rank}").touch()
         node0_dir = cluster.node_dir("node0") / "jobs" / str(job)
         poll(lambda: not node0_dir.exists(), 10, "node0 to report its part and forget the job")
         assert client.job(job).state == "RUNNING"
 
     cluster.mm.signal(signal.SIGKILL)  # type: ignore[union-attr]
     poll(lambda: not cluster.mm.alive(), 10, "storm-mm to die")  # type: ignore[union-attr]
-    (tmp_path / "go1").touch()
-    exits = cluster.node_dir("node1") / "jobs" / str(job) / "shell" / "exits.msg"
-    poll(exits.exists, 10, "node1's rank to fail while there is no MM")
+    (tmp_path / "go-alone").touch()
+    exits = cluster.node_dir("node1") / "jobs" / str(other) / "shell" / "exits.msg"
+    poll(exits.exists, 10, "the rank to fail while there is no MM")
 
-    cluster.start_mm()
-    cluster.save()
+    cluster.restart_mm()
+    cluster.wait_nodes_up(cluster.node_names())  # node0 registers without the job: it is not lost
     with cluster.client() as client:
+        assert client.job(job).state == "RUNNING"
+        (tmp_path / "go2").touch()
         ended = client.wait(job, timeout=JOB_TIMEOUT)
-    assert (ended.state, ended.exit_code) == ("FAILED", 5)
-    assert "node1" in ended.reason
+        failed = client.wait(other, timeout=JOB_TIMEOUT)
+    assert (ended.state, ended.exit_code, ended.reason) == ("FAILED", 5, "rank 2 exited with code 5 on node1")
+    assert (failed.state, failed.exit_code) == ("FAILED", 4)
+    assert failed.reason == "rank 0 exited with code 4 on node1"
