@@ -55,6 +55,7 @@ from storm.mm.protocol import (
     StatsView,
 )
 from storm.mm.reports import Reports
+from storm.mm.requeue import Echoes
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
 from storm.mm.slots import GangCycle
 from storm.mm.store import Store
@@ -114,6 +115,8 @@ class Controller:
         self.active: dict[int, Job] = {}
         self.tracking: dict[int, Tracking] = {}
         self.reasons: dict[int, str] = {}
+        # Requeued jobs waiting for the last run's reports to stop arriving (see mm/requeue.py).
+        self.echoes = Echoes()
         self.outbox: list[tuple[str, Message]] = []
         self.ended: list[Job] = []
         self.reports = Reports(store)
@@ -290,6 +293,7 @@ class Controller:
 
     def register(self, msg: RegisterNode, now: float) -> NodeRegistered:
         node = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now)
+        self.echoes.forget_node(msg.node)  # all it sent before registering has arrived
         try:
             self.matrix.add_node(msg.node, msg.pes)
         except ValueError:
@@ -342,13 +346,14 @@ class Controller:
         )
         was_draining = bool(node.stale)
         node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
+        echoes_over = self.echoes.heard(msg.node, msg.jobs)
         for job_id in msg.jobs:
             job = self.active.get(job_id)
             if job is not None and job.state is JobState.STARTING and msg.node in job.nodes:
                 self._launched(job, msg.node, now)  # the launch report may have been lost
             elif self._stop_if_over(msg.node, job_id):
                 self.outbox.append((msg.node, KillJob(job_id=job_id, reason="the job has ended")))
-        if was_draining and not node.stale:
+        if (was_draining and not node.stale) or echoes_over:
             self.schedule(now)
         return None
 
@@ -458,6 +463,7 @@ class Controller:
         for node in self.registry.expire(now):
             log.warning("node %s is DOWN: %s", node.name, node.reason)
             self.store.save_node(node.record())
+            self.echoes.forget_node(node.name)
             # The node keeps its matrix columns (no new job goes to a node that is not UP), and a lost job
             # keeps its PEs elsewhere until those nodes confirm its ranks are gone.
             for job in [j for j in self.active.values() if node.name in j.nodes]:
@@ -483,9 +489,11 @@ class Controller:
         if not self.pending:
             self.reasons = {}
             return
+        held = self.echoes.held(self.pending)
         queue = [
             QueuedJob(job_id=j.id, ranks=j.spec.ranks, time_limit=j.spec.time_limit)
             for j in self.pending.values()
+            if j.id not in held
         ]
         running = {
             j.id: RunningJob(job_id=j.id, start_time=j.start_time or now, time_limit=j.spec.time_limit)
@@ -493,6 +501,8 @@ class Controller:
         }
         plan = schedule(now, queue, running, self.matrix, self.registry.usable())
         self.reasons = dict(plan.reasons)
+        for job_id, nodes in held.items():
+            self.reasons[job_id] = f"Requeued: last run's reports still due from {','.join(sorted(nodes))}"
         for start in plan.starts:
             self._start(self.pending.pop(start.job_id), start.placement, now)
 
@@ -581,9 +591,12 @@ class Controller:
 
     def _requeue(self, job: Job, track: Tracking) -> None:
         """Back to the queue, stored before anything else: the next run starts from scratch, same id."""
+        last_run = job.nodes
         job = requeue(job, f"requeued {job.requeues + 1}/{self.config.max_requeues} after {job.reason}")
         self.store.save_job(job)
         self.pending[job.id] = job
+        up = {n.name for n in self.registry.all() if n.state == UP and n.confirmed}
+        self.echoes.add(job.id, up.intersection(last_run))
         # An UP node that never confirmed its ranks gone may still run them under this id: it takes no job
         # (above all not this one) until its reports stop listing it. A DOWN node is sorted out when it
         # registers again, listing the job (see _stop_if_over).

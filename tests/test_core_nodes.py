@@ -119,6 +119,9 @@ def test_a_requeue_job_whose_node_is_lost_goes_back_to_the_queue_and_runs_again(
     assert ctl.ended == []  # nobody waiting for the job hears of an end
     (info,) = ctl.job_infos((job_id,))
     assert (info.state, info.requeue, info.requeues) == ("PENDING", True, 1)
+    assert info.reason == f"Requeued: last run's reports still due from n2 ({job.reason})"
+    assert status(ctl, "n2", T0 + 12.5) is None  # n2 no longer lists it: nothing more of the last run to come
+    (info,) = ctl.job_infos((job_id,))
     assert info.reason == f"PartitionConfig: needs 2 PEs, the cluster has 1 ({job.reason})"  # only n2 is UP
     # n1 comes back still running the old rank: it stops it before the job (or anything) runs there.
     reply = reg(ctl, "n1", now=T0 + 13, jobs=(job_id,))
@@ -144,6 +147,7 @@ def test_without_requeue_or_past_the_limit_the_job_ends_node_fail(store: Store) 
     expire_n1(ctl, job_id)
     done(ctl, job_id, "n2", T0 + 12, RankExit(rank=1, signal=15))
     assert state(ctl, job_id) is S.PENDING  # the first loss: requeued
+    status(ctl, "n2", T0 + 12.5)
     reg(ctl, "n1", now=T0 + 13)  # back, its NM restarted: nothing left there
     ctl.job_launched(JobLaunched(job_id=job_id, node="n1", pids={"0": 1}), T0 + 14)
     ctl.job_launched(JobLaunched(job_id=job_id, node="n2", pids={"0": 1}), T0 + 14)
@@ -178,7 +182,8 @@ def test_the_old_run_on_a_returning_node_cannot_touch_the_new_run(store: Store) 
         status(ctl, node, T0 + 8, jobs=(job_id,) if node == "n2" else ())
     ctl.tick(T0 + 11)  # n1 DOWN
     done(ctl, job_id, "n2", T0 + 12, RankExit(rank=1, signal=15))
-    assert set(launches(take(ctl))) == {"n2", "n3"}  # the new run, at once, on the nodes that are UP
+    status(ctl, "n2", T0 + 12.5)
+    assert set(launches(take(ctl))) == {"n2", "n3"}  # the new run, on the nodes that are UP
     # n1's old rank, still alive, says things about the job: none of them counts for the new run.
     reply = reg(ctl, "n1", now=T0 + 13, jobs=(job_id,))
     assert reply.stale_jobs == (job_id,)
@@ -267,3 +272,48 @@ def test_a_requeue_job_that_fails_by_itself_or_is_cancelled_ends_for_good(store:
     for node, rank in (("n1", 0), ("n2", 1)):
         done(ctl, cancelled, node, T0 + 6, RankExit(rank=rank, signal=15))
     assert (state(ctl, cancelled), stored(store, cancelled).requeues) == (S.CANCELLED, 0)
+
+
+def test_copies_of_the_last_runs_reports_cannot_end_the_next_run(store: Store) -> None:
+    """A node re-sends its final report until it is acknowledged: copies may arrive after the requeue."""
+    ctl = make(store)
+    for node in ("n1", "n2", "n3"):
+        reg(ctl, node)
+    job_id = run_requeue(ctl)
+    for node in ("n2", "n3"):
+        status(ctl, node, T0 + 8, jobs=(job_id,) if node == "n2" else ())
+    ctl.tick(T0 + 11)  # n1 DOWN
+    last_report = JobNodeDone(job_id=job_id, node="n2", exits=(RankExit(rank=1, signal=15),))
+    ctl.job_node_done(last_report, T0 + 12)
+    assert state(ctl, job_id) is S.PENDING and launches(take(ctl)) == {}  # held: n2 may say more
+    # What n2 sent before it heard the acknowledgement arrives now; none of it may touch the job.
+    ctl.job_node_done(last_report, T0 + 12.1)
+    ctl.rank_failed(RankFailed(job_id=job_id, node="n2", exit=RankExit(rank=1, signal=15)), T0 + 12.1)
+    ctl.job_launched(JobLaunched(job_id=job_id, node="n2", pids={"1": 5}), T0 + 12.1)
+    assert stored(store, job_id).state is S.PENDING
+    assert status(ctl, "n2", T0 + 12.2, jobs=(job_id,)) is None  # still listed: it has not heard the ack
+    assert launches(take(ctl)) == {}
+    assert status(ctl, "n2", T0 + 12.3) is None  # forgotten: everything it sent before has arrived
+    assert set(launches(take(ctl))) == {"n2", "n3"}
+    job = stored(store, job_id)
+    assert (job.state, job.ending, job.nodes, job.requeues) == (S.STARTING, None, ("n2", "n3"), 1)
+    # A node that goes DOWN, or registers again, owes nothing more either; a cancel ends the wait.
+    for way in ("down", "register", "cancel"):
+        other = make(Store(store.path.with_name(f"{way}.db")))
+        for node in ("n1", "n2", "n3"):
+            reg(other, node)
+        held = run_requeue(other)
+        status(other, "n2", T0 + 8, jobs=(held,))
+        status(other, "n3", T0 + 8)
+        other.tick(T0 + 11)
+        done(other, held, "n2", T0 + 12, RankExit(rank=1, signal=15))
+        assert held in other.echoes.held(other.pending)
+        if way == "down":
+            status(other, "n3", T0 + 20)
+            other.tick(T0 + 22.5)  # n2 silent since T0 + 12: DOWN
+        elif way == "register":
+            reg(other, "n2", now=T0 + 13, nm="e2")
+        else:
+            other.cancel((held,), 1000, "alice", T0 + 13)
+        assert other.echoes.held(other.pending) == {}, way
+        other.store.close()
