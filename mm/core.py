@@ -14,9 +14,10 @@ When storm ends a job itself (a cancel, a time limit, a failed rank, a lost node
 ranks; the job reaches that state once the last node has reported. A restarted MM finishes what it began.
 
 A job submitted with ``requeue`` that is heading for NODE_FAIL goes back to the queue instead (at most
-``max_requeues`` times), with the same id. Its ranks on a lost node may still run (a partition): such a node
-is not placed again until it has stopped them, and nothing it says of the old run (a launch, a failed rank,
-a final report) is taken for the new one, since the new run is on other nodes.
+``max_requeues`` times), with the same id. Nothing of its last run may count for the next: it runs again
+only once the last run's nodes that are UP have stopped reporting on it (mm/requeue.py); a lost node, whose
+ranks may still run (a partition), is not placed again until it has stopped them, and what it says of the
+last run (a launch, a failed rank, a final report) is not taken for the next, which runs on other nodes.
 """
 
 from __future__ import annotations
