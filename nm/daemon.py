@@ -1,7 +1,8 @@
 """storm-nm: launches and stops the local ranks of jobs, and reports them to storm-mm.
 
 Per job on this node the NM starts one job shell (nm/shell.py) as the job's user; the shell spawns the ranks
-and serves PMI, and reports to the NM over an ipc:// ROUTER whose peers are authenticated by pid. The NM
+and serves PMI, and reports to the NM over an ipc:// ROUTER whose peers are authenticated by pid (the
+kernel's SO_PEERCRED, not the routing id a peer picks, which any local user could pick first). The NM
 relays to the MM (DEALER, routing id = node name): launches, rank failures, cross-node PMI barriers and the
 final exits of the node's ranks, which it re-sends until the MM acknowledges them.
 
@@ -40,7 +41,7 @@ import zmq.asyncio
 
 from storm.mm import protocol as p
 from storm.mm.config import StormConfig
-from storm.mm.daemon import bind, peer_credentials
+from storm.mm.daemon import Caller, bind, peer_credentials
 from storm.mm.limits import LogThrottle
 from storm.mm.priority import request_realtime
 from storm.mm.sd_notify import Notifier
@@ -396,7 +397,8 @@ class NodeManager:
                     log.debug("job %d: PMI barrier %d out (%d keys)", msg.job_id, msg.seq, len(msg.kvs))
                     job.barrier = None
                     self.next_barrier[msg.job_id] = msg.seq + 1
-                    await self.shells.send_multipart([job.identity, p.encode(msg)])
+                    # job.peer is known: the barrier came from the shell (to this NM, or again after it).
+                    await self.shells.send_multipart([job.peer, p.encode(msg)])
             case p.Ack():
                 self._acked(msg)
             case p.Error():
@@ -437,9 +439,20 @@ class NodeManager:
             return
         job = self.jobs.get(getattr(msg, "job_id", -1))
         caller = peer_credentials(frames[1])
-        if job is None or caller is None or caller.pid != job.shell_pid or identity != job.identity:
-            self._warn("bad shell", "dropped %s from an unknown job shell (%r)", msg.op, identity)
+        if job is None:
+            self._warn("bad shell", "dropped %s about an unknown job (from %s)", msg.op, describe(caller))
             return
+        if caller is None or caller.pid != job.shell_pid:
+            self._warn(
+                "bad shell", "dropped %s from %s: not job %d's shell (pid %d)",
+                msg.op, describe(caller), job.launch.job_id, job.shell_pid,
+            )  # fmt: skip
+            return
+        # The kernel vouches for the sender's pid (SO_PEERCRED), not the routing id it chose: replies go to
+        # the connection the shell itself speaks on, whatever id another process may have taken. Any of its
+        # messages will do, not only its hello: after an NM restart, what it queued while no NM listened
+        # comes first.
+        job.peer = identity
         job_id = job.launch.job_id
         problem = shell_problem(job, msg, self.name, self.next_barrier.get(job_id), self.os.start_time)
         if problem is not None:
@@ -482,6 +495,11 @@ class NodeManager:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)
+
+
+def describe(caller: Caller | None) -> str:
+    """A job shell socket's peer, for log lines about what it sent."""
+    return "an unknown process" if caller is None else f"pid {caller.pid} (uid {caller.uid})"
 
 
 def serve(config: StormConfig) -> None:

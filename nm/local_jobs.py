@@ -69,10 +69,9 @@ class LocalJob:
     # A cross-node PMI barrier the MM has not answered yet: sent again to an MM that restarted meanwhile.
     barrier: p.PmiBarrierIn | None = None
     done: p.JobNodeDone | None = None
-
-    @property
-    def identity(self) -> bytes:
-        return f"job-{self.launch.job_id}".encode()
+    # The routing id of the shell's connection to this NM, learned from its messages (whose sender the
+    # kernel vouches for by pid): replies go there. Empty until the shell has spoken to this NM.
+    peer: bytes = b""
 
 
 class LocalJobs:

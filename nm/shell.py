@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -115,7 +116,10 @@ class Shell:
         )
         self.ctx = zmq.asyncio.Context()
         self.nm = self.ctx.socket(zmq.DEALER)
-        self.nm.setsockopt(zmq.ROUTING_ID, f"job-{launch.job_id}".encode())
+        # A random routing id, kept across reconnections: one any local user could guess (such as the job
+        # id) could be taken first, and the NM's ROUTER refuses a second peer with an id already in use.
+        # The NM knows its shells by pid, not by this id (nm/daemon.py).
+        self.nm.setsockopt(zmq.ROUTING_ID, b"shell-" + secrets.token_hex(16).encode())
         self.nm.setsockopt(zmq.LINGER, 2000)
         # Set up before connecting, so that the first connection is seen too.
         self.connections = self.nm.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
