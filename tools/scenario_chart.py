@@ -37,10 +37,13 @@ def bars(summary: dict[str, Any], metric: str) -> list[Bar]:
         paper_gang = paper_normalised(scenario, "gang")
         for policy, row in rows.items():
             paper = paper_normalised(scenario, parse_policy(policy)[0])
-            index = 1 if metric == "turnaround" else 2
             ratio = None
             if paper is not None and paper_gang is not None:
-                ratio = float(paper[index]) / float(paper_gang[index])
+                # (completion times, turnaround, mean response)
+                ours, theirs = (
+                    (paper[1], paper_gang[1]) if metric == "turnaround" else (paper[2], paper_gang[2])
+                )
+                ratio = ours / theirs
             out.append(Bar(scenario, policy, row["best"][metric] / gang, ratio))
     return out
 
