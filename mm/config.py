@@ -62,6 +62,17 @@ class MMConfig:
     # Submissions per second per user, refilling a bucket of submit_burst (a token bucket); 0: no limit.
     submit_rate: float = 100.0
     submit_burst: int = 1000
+    # CURVE (see mm/auth.py): the MM's key pair (a `storm keygen` NAME.key_secret file). Empty: no keys,
+    # node managers connect unauthenticated and in the clear (the MM warns at start-up).
+    key: str = ""
+    # Directories of allowed public keys (NAME.key files): node managers, and remote clients (a client key
+    # named alice.key or alice@laptop.key acts as user alice). Read again whenever they change.
+    node_keys: str = ""
+    client_keys: str = ""
+    # Remote `storm` clients over TCP with CURVE (e.g. tcp://*:6819); empty: local clients only.
+    client_tcp_endpoint: str = ""
+    # Users (names or uids) who may cancel anyone's jobs, as root may.
+    operators: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +92,9 @@ class NMConfig:
     trace: str = ""
     # Profile where each rank's time goes, per class (a /proc read per rank per slice): storm stats --profile.
     profile: bool = False
+    # CURVE: this node's key pair (NAME.key_secret) and the MM's public key (mm.key); both or neither.
+    key: str = ""
+    mm_key: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,6 +227,22 @@ def _validate(config: StormConfig) -> None:
             raise ConfigError(f"{where}: {level!r} is not one of debug, info, warning, error")
     if config.nm.pes < 0 or config.nm.kill_grace < 0:
         raise ConfigError("nm.pes and nm.kill_grace must not be negative")
+    _validate_keys(config)
+
+
+def _validate_keys(config: StormConfig) -> None:
+    """Key settings that cannot work together; whether the files exist is checked by the daemons."""
+    mm = config.mm  # [nm] key and mm_key go together, which storm-nm checks (the MM reads the file too)
+    if mm.key and not mm.node_keys:
+        raise ConfigError("mm.node_keys: with mm.key, name the directory of allowed node manager keys")
+    if (mm.node_keys or mm.client_keys) and not mm.key:
+        raise ConfigError("mm.key: allowed keys (mm.node_keys, mm.client_keys) need the MM's own key pair")
+    if mm.client_tcp_endpoint and not (mm.key and mm.client_keys):
+        raise ConfigError(
+            "mm.client_tcp_endpoint: remote clients are served only with CURVE: set mm.key and mm.client_keys"
+        )
+    if mm.client_tcp_endpoint and not mm.client_tcp_endpoint.startswith("tcp://"):
+        raise ConfigError("mm.client_tcp_endpoint must be tcp:// (local clients use mm.client_endpoint)")
 
 
 def load(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> StormConfig:

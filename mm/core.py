@@ -57,6 +57,7 @@ from storm.mm.protocol import (
 )
 from storm.mm.reports import Reports
 from storm.mm.requeue import Echoes
+from storm.mm.rights import may_manage
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
 from storm.mm.slots import GangCycle
 from storm.mm.store import Store
@@ -177,7 +178,7 @@ class Controller:
             job = self.pending.get(job_id) or self.active.get(job_id) or self.store.get_job(job_id)
             if job is None:
                 results[str(job_id)] = "unknown job"
-            elif uid not in (0, job.spec.uid):
+            elif not may_manage(uid, user, job.spec.uid, self.config.operators):
                 results[str(job_id)] = f"permission denied: job {job_id} belongs to {job.spec.user}"
             elif job.state.terminal:
                 results[str(job_id)] = f"already {job.state.value}"

@@ -2,8 +2,10 @@
 
 Two ROUTER sockets: one for clients on a local ipc:// endpoint (the kernel's peer credentials say who calls),
 one for node managers over TCP (each NM's routing id is its node name); under gang scheduling a PUB socket
-carries one heartbeat per time slice. Every message is decoded and validated by storm.mm.protocol; anything
-wrong gets an ``error`` reply and a log line, never a crash.
+carries one heartbeat per time slice; with ``[mm] client_tcp_endpoint`` a third ROUTER serves remote clients.
+With ``[mm] key`` every TCP socket is a CURVE server and peers need allowed keys (mm/auth.py). Every
+message is decoded and validated by storm.mm.protocol; anything wrong gets an ``error`` reply and a log line,
+never a crash.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ import zmq
 import zmq.asyncio
 
 from storm.mm import protocol as p
+from storm.mm.auth import CLIENTS, NODES, Gatekeeper, domain_keys, watch_handshakes
 from storm.mm.config import StormConfig
 from storm.mm.core import Controller, Rejected
 from storm.mm.jobs import JobSpec
+from storm.mm.keys import KeyFileError, curve_server, read_keypair
 from storm.mm.limits import LogThrottle, RateLimits
 from storm.mm.priority import request_realtime
+from storm.mm.rights import key_user, run_as_problem
 from storm.mm.sd_notify import Notifier
 from storm.mm.store import Store
 
@@ -42,6 +47,7 @@ TICK_SECONDS = 0.2
 HARD_LIMIT_FACTOR = 4
 # Subscriptions are the only thing a heartbeat subscriber sends (NMs subscribe to everything: one byte).
 MAX_SUBSCRIPTION = 256
+CURVE_HANDSHAKE = 1024
 
 
 class Caller:
@@ -53,6 +59,19 @@ class Caller:
             self.user = pwd.getpwuid(uid).pw_name
         except KeyError:
             self.user = str(uid)
+
+
+def key_credentials(frame: zmq.Frame) -> Caller | str:
+    """A remote client is the user its allowed key names (the ZAP handler's User-Id), or why it is none."""
+    try:
+        name = str(frame.get("User-Id"))
+    except zmq.ZMQError:
+        return "this client presented no key"
+    try:
+        user = pwd.getpwnam(key_user(name))
+    except KeyError:
+        return f"client key {name!r} names no user on storm-mm's host"
+    return Caller(user.pw_uid, user.pw_gid, 0)
 
 
 def peer_credentials(frame: zmq.Frame) -> Caller | None:
@@ -115,11 +134,43 @@ class MachineManager:
         # Only the newest heartbeat matters: a slow subscriber loses old ones rather than queueing them.
         self.heartbeats.setsockopt(zmq.SNDHWM, 4)
         self.heartbeats.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION)
+        self.remote: zmq.asyncio.Socket | None = None  # remote clients, over TCP with CURVE
+        if config.mm.client_tcp_endpoint:
+            self.remote = self.ctx.socket(zmq.ROUTER)
+            for option, value in ((zmq.LINGER, 0), (zmq.ROUTER_MANDATORY, 0), (zmq.SNDHWM, 100_000)):
+                self.remote.setsockopt(option, value)
+            self.remote.setsockopt(zmq.MAXMSGSIZE, HARD_LIMIT_FACTOR * self.max_message)
+        self.gate = self._authentication()
         self.submits = RateLimits(config.mm.submit_rate, config.mm.submit_burst)
         self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
-        self.waiters: dict[int, list[tuple[bytes, int]]] = {}
+        self.waiters: dict[int, list[tuple[zmq.asyncio.Socket, bytes, int]]] = {}
         self.stopping = asyncio.Event()
         self.notify = Notifier.from_environment()  # systemd's Type=notify; nothing without it
+
+    def _authentication(self) -> Gatekeeper | None:
+        """CURVE on every TCP socket, before any is bound; None (and a warning) without [mm] key."""
+        mm = self.config.mm
+        if not mm.key:
+            log.warning(
+                "no [mm] key: node managers connect to %s unauthenticated and unencrypted; anyone who"
+                " reaches it can register a node and receive jobs (see the README's Security section)",
+                mm.node_endpoint,
+            )
+            return None
+        try:
+            own = read_keypair(Path(mm.key))
+            gate = Gatekeeper(self.ctx, domain_keys(mm.node_keys, mm.client_keys))
+        except KeyFileError as exc:
+            raise SystemExit(f"storm-mm: [mm] key: {exc}") from None
+        curve_server(self.nodes, own, NODES)
+        curve_server(self.heartbeats, own, NODES)
+        # The limit on what subscribers send applies to handshake commands too, and a CURVE INITIATE is ~300
+        # bytes (measured: 256 refuses every subscriber, 300 passes).
+        self.heartbeats.setsockopt(zmq.MAXMSGSIZE, max(MAX_SUBSCRIPTION, CURVE_HANDSHAKE))
+        if self.remote is not None:
+            curve_server(self.remote, own, CLIENTS)
+        log.info("CURVE: key %s..., node keys from %s", own.fingerprint, mm.node_keys)
+        return gate
 
     def _take_lock(self) -> int:
         fd = os.open(self.state_dir / "mm.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -132,7 +183,7 @@ class MachineManager:
             ) from None
         return fd
 
-    def _write_endpoints(self, client: str, node: str, heartbeat: str) -> None:
+    def _write_endpoints(self, client: str, node: str, heartbeat: str, remote: str = "") -> None:
         """Publish the real endpoints (ports may have been 0) for local tools; written atomically."""
         if client.startswith("ipc://"):
             # Every user may submit: the kernel tells the MM who each caller is.
@@ -141,6 +192,7 @@ class MachineManager:
             "client": client,
             "node": node,
             "heartbeat": heartbeat,
+            "client_tcp": remote,
             "pid": os.getpid(),
             "epoch": self.epoch,
         }
@@ -158,8 +210,10 @@ class MachineManager:
         if self.core.cycle is not None:
             heartbeat = bind(self.heartbeats, self.config.mm.heartbeat_endpoint)
             self.core.heartbeat_port = int(heartbeat.rsplit(":", 1)[1])
-        self._write_endpoints(client, node, heartbeat)
+        remote = bind(self.remote, self.config.mm.client_tcp_endpoint) if self.remote is not None else ""
+        self._write_endpoints(client, node, heartbeat, remote)
         beats = f", heartbeats on {heartbeat}" if heartbeat else ""
+        beats += f", remote clients on {remote}" if remote else ""
         log.info(
             "storm-mm %s: policy %s, clients on %s, nodes on %s%s, state in %s, %s",
             self.epoch[:8], self.core.policy, client, node, beats, self.state_dir, self.priority,
@@ -172,6 +226,16 @@ class MachineManager:
         ]
         if heartbeat:
             tasks.append(asyncio.create_task(self._heartbeats()))
+        if self.remote is not None:
+            remote_socket = self.remote
+            serve_remote = self._serve(remote_socket, lambda f: self._client_message(f, remote_socket))
+            tasks.append(asyncio.create_task(serve_remote))
+        if self.gate is not None:
+            tasks.append(asyncio.create_task(self.gate.serve()))
+            for sock, endpoint in ((self.nodes, node), (self.heartbeats, heartbeat), (self.remote, remote)):
+                if sock is not None and endpoint:  # handshakes that fail before the ZAP handler is asked
+                    watch = watch_handshakes(sock, endpoint, server=True, logger=log)
+                    tasks.append(asyncio.create_task(watch))
         # Ready: the store is open, every socket bound and served, mm.json written.
         self.notify.ready(f"policy {self.core.policy}; nodes on {node}; clients on {client}")
         await self.stopping.wait()
@@ -184,6 +248,10 @@ class MachineManager:
         self.clients.close()
         self.nodes.close()
         self.heartbeats.close()
+        if self.remote is not None:
+            self.remote.close()
+        if self.gate is not None:
+            self.gate.close()
         self.ctx.term()
         self.store.close()
         os.close(self._lock)
@@ -233,8 +301,8 @@ class MachineManager:
             self._send(self.nodes, node.encode(), msg)
         ended, self.core.ended = self.core.ended, []
         for job in ended:
-            for identity, req in self.waiters.pop(job.id, []):
-                self._send(self.clients, identity, p.JobList(req=req, jobs=(job.info(),)))
+            for sock, identity, req in self.waiters.pop(job.id, []):
+                self._send(sock, identity, p.JobList(req=req, jobs=(job.info(),)))
 
     def _warn(self, kind: object, text: str, *args: object) -> None:
         self.throttle.warning(log, kind, time.monotonic(), text, *args)
@@ -247,7 +315,11 @@ class MachineManager:
 
     # ---------------------------------------------------------------------------------------------- clients
 
-    async def _client_message(self, frames: list[zmq.Frame]) -> None:
+    async def _client_message(
+        self, frames: list[zmq.Frame], remote: zmq.asyncio.Socket | None = None
+    ) -> None:
+        """A request from a local client, or from a remote one (``remote``: its socket) if given."""
+        sock = remote or self.clients
         if len(frames) != 2:
             self._warn("client frames", "client message with %d frames dropped", len(frames))
             return
@@ -255,20 +327,19 @@ class MachineManager:
         if len(body) > limit:
             text = f"request of {len(body)} bytes is over the [mm] max_message_bytes limit of {limit}"
             self._warn("client too_large", "client message refused: %s", text)
-            self._send(self.clients, identity, p.Error(code="too_large", text=text))
+            self._send(sock, identity, p.Error(code="too_large", text=text))
             return
         try:
             msg = p.decode(body.bytes, limit)
         except p.ProtocolError as exc:
             self._warn("client bad_request", "bad client message: %s", exc)
             error = p.Error(req=p.peek_req(body.bytes, limit), code="bad_request", text=str(exc))
-            self._send(self.clients, identity, error)
+            self._send(sock, identity, error)
             return
-        caller = peer_credentials(body)
-        if caller is None:
-            self._send(
-                self.clients, identity, p.error_for(msg, "unauthenticated", "only local clients are served")
-            )
+        caller = key_credentials(body) if remote is not None else peer_credentials(body)
+        if not isinstance(caller, Caller):
+            text = caller or "only local clients are served"
+            self._send(sock, identity, p.error_for(msg, "unauthenticated", text))
             return
         if isinstance(msg, p.SubmitJob):
             wait = self.submits.allow(caller.uid, time.monotonic())
@@ -279,22 +350,27 @@ class MachineManager:
                     f" after a burst of {limits.submit_burst}; try again in {wait:.2f} s"
                 )
                 self._warn(("rate", caller.uid), "%s", text)
-                self._send(self.clients, identity, p.error_for(msg, "rate_limited", text))
+                self._send(sock, identity, p.error_for(msg, "rate_limited", text))
                 return
         try:
-            reply = self._client_request(msg, caller, identity)
+            reply = self._client_request(msg, caller, identity, sock)
         except Rejected as exc:
             reply = p.error_for(msg, exc.code, str(exc))
         except Exception as exc:
             log.exception("client request %s failed", msg.op)
             reply = p.error_for(msg, "internal", f"internal error: {exc.__class__.__name__}: {exc}")
         if reply is not None:
-            self._send(self.clients, identity, reply)
+            self._send(sock, identity, reply)
 
-    def _client_request(self, msg: p.Message, caller: Caller, identity: bytes) -> p.Message | None:
+    def _client_request(
+        self, msg: p.Message, caller: Caller, identity: bytes, sock: zmq.asyncio.Socket
+    ) -> p.Message | None:
         now = time.time()
         match msg:
             case p.SubmitJob():
+                problem = run_as_problem(msg, uid=caller.uid, gid=caller.gid, user=caller.user)
+                if problem is not None:
+                    raise Rejected("permission_denied", problem)
                 spec = JobSpec(
                     name=msg.name or os.path.basename(msg.argv[0]),
                     uid=caller.uid,
@@ -330,7 +406,7 @@ class MachineManager:
                 if not infos:
                     raise Rejected("unknown_job", f"no job {msg.job_id}")
                 if infos[0].state in ("PENDING", "STARTING", "RUNNING"):
-                    self.waiters.setdefault(msg.job_id, []).append((identity, msg.req))
+                    self.waiters.setdefault(msg.job_id, []).append((sock, identity, msg.req))
                     return None
                 return p.JobList(req=msg.req, jobs=tuple(infos))
             case p.ListNodes():

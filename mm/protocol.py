@@ -301,9 +301,16 @@ class SubmitJob(Request):
     error: str = ""
     # Back to the queue, to run again, if a node under the job fails (else it ends NODE_FAIL).
     requeue: bool = False
+    # Whom to run as (`storm submit --uid/--gid`): only the caller's own are accepted. They are here so that
+    # asking for someone else gets a clear refusal instead of being ignored like an unknown field.
+    uid: int | None = None
+    gid: int | None = None
+    user: str = ""
 
     def __post_init__(self) -> None:
         _check(self.ranks >= 1, "ranks must be at least 1")
+        _check(all(0 <= x < 2**32 for x in (self.uid, self.gid) if x is not None), "uid and gid: 0 to 2^32-1")
+        _check(len(self.user) <= 256 and _plain(self.user), "user: at most 256 characters, no NUL")
         _check(len(self.argv) >= 1 and self.argv[0] != "", "a command is required")
         _check(self.cwd.startswith("/"), "cwd must be an absolute path")
         _check(self.time_limit is None or self.time_limit > 0, "time_limit must be positive")

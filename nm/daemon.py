@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -35,13 +36,16 @@ import time
 import uuid
 from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import zmq
 import zmq.asyncio
 
 from storm.mm import protocol as p
+from storm.mm.auth import watch_handshakes
 from storm.mm.config import StormConfig
 from storm.mm.daemon import Caller, bind, peer_credentials
+from storm.mm.keys import KeyFileError, curve_client, read_keypair, read_public_key
 from storm.mm.limits import LogThrottle
 from storm.mm.priority import request_realtime
 from storm.mm.sd_notify import Notifier
@@ -97,6 +101,7 @@ class NodeManager:
         self.heartbeats.setsockopt(zmq.CONFLATE, 1)  # only the newest heartbeat matters
         self.heartbeats.setsockopt(zmq.SUBSCRIBE, b"")
         self.heartbeats.setsockopt(zmq.MAXMSGSIZE, p.MAX_CLIENT_MESSAGE)  # a heartbeat is ~100 bytes
+        self._keys()
         self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
         # The PMI barrier each job's shell may enter next (jobs launched here; re-adopted ones once known).
         self.next_barrier: dict[int, int] = {}
@@ -114,6 +119,41 @@ class NodeManager:
             monitor=self.monitor, profiler=self.profiler,
         )  # fmt: skip
         self.jobs = self.local.jobs
+
+    def _keys(self) -> None:
+        """CURVE on both links to the MM (requests and heartbeats), before they connect; see mm/auth.py."""
+        nm = self.config.nm
+        if bool(nm.key) != bool(nm.mm_key):
+            raise SystemExit("storm-nm: give [nm] key (this node's key pair) and mm_key (the MM's) together")
+        if not nm.key:
+            log.warning("no [nm] key: talking to storm-mm at %s unauthenticated and unencrypted", nm.mm)
+            return
+        try:
+            own, server = read_keypair(Path(nm.key)), read_public_key(Path(nm.mm_key))
+        except KeyFileError as exc:
+            raise SystemExit(f"storm-nm: {exc}") from None
+        for sock in (self.mm, self.heartbeats):
+            curve_client(sock, own, server)
+        log.info("CURVE: key %s... (%s), storm-mm's public key from %s", own.fingerprint, nm.key, nm.mm_key)
+
+    def _watch_links(self) -> list[Coroutine[Any, Any, None]]:
+        """A refused key or a CURVE mismatch shows only on this side: the MM never hears from this node."""
+        keys = f" ([nm] key {self.config.nm.key or 'not set'}, mm_key {self.config.nm.mm_key or 'not set'})"
+        links = ((self.mm, f"storm-mm at {self.config.nm.mm}"), (self.heartbeats, "storm-mm's heartbeats"))
+        watches = []
+        for sock, what in links:
+            again = functools.partial(self._reconnect, sock)
+            watch = watch_handshakes(sock, what, server=False, logger=log, advice=keys, reconnect=again)
+            watches.append(watch)
+        return watches
+
+    def _reconnect(self, sock: zmq.asyncio.Socket) -> None:
+        """Try a link again after a refused handshake (libzmq does not), e.g. once the MM allows our key."""
+        endpoint = self.config.nm.mm if sock is self.mm else self.heartbeat_endpoint
+        if endpoint:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disconnect(endpoint)
+            sock.connect(endpoint)
 
     def _take_lock(self) -> int:
         fd = os.open(self.run_dir / "nm.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -142,6 +182,7 @@ class NodeManager:
         # Job shells run as their job's user and must reach the NM; their pids authenticate them.
         os.chmod(self.run_dir / "shells.sock", 0o666)  # noqa: S103
         os.chmod(self.run_dir, 0o755)  # noqa: S103
+        watches = self._watch_links()  # before connecting: the first handshake may be the one refused
         self.mm.connect(self.config.nm.mm)
         info = {"pid": os.getpid(), "node": self.name, "mm": self.config.nm.mm, "cpus": self.cpus}
         (self.run_dir / "nm.json").write_text(json.dumps(info) + "\n")
@@ -157,6 +198,7 @@ class NodeManager:
             asyncio.create_task(self._watchdog()),
             asyncio.create_task(self.notify.watchdog()),
         ]
+        tasks.extend(asyncio.create_task(watch) for watch in watches)
         # Ready once job shells are served, without waiting for the MM: a node must come up (and keep its
         # jobs) while the MM is down. The status says whether it has registered.
         self.notify.ready(f"{len(self.cpus)} PEs; waiting for storm-mm at {self.config.nm.mm}")

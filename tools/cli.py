@@ -7,6 +7,7 @@ Read commands take ``--json`` for scripts. Exit status: 0 on success, 1 when sto
 from __future__ import annotations
 
 import argparse
+import grp
 import os
 import pwd
 import re
@@ -111,12 +112,63 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         job_id = client.submit(
             argv, args.ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
-            requeue=args.requeue,
+            requeue=args.requeue, **run_as(args.uid, args.gid),
         )  # fmt: skip
         print(job_id, flush=True)
         if not args.wait:
             return 0
         return wait_for_job(client, job_id)
+
+
+def run_as(uid: str | None, gid: str | None) -> dict[str, object]:
+    """``--uid``/``--gid`` (names or numbers, as sbatch takes them) as submit_job fields. The MM accepts only
+    the caller's own: storm never runs a job as someone else, and says so rather than ignore the request."""
+    fields: dict[str, object] = {}
+    if uid is not None:
+        if uid.isdigit():
+            fields["uid"] = int(uid)
+        else:
+            fields["user"] = uid
+    if gid is not None:
+        if gid.isdigit():
+            fields["gid"] = int(gid)
+        else:
+            try:
+                fields["gid"] = grp.getgrnam(gid).gr_gid
+            except KeyError:
+                raise UsageError(f"--gid: no group {gid!r}") from None
+    return fields
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    """Write a CURVE key pair in ZeroMQ's format for an MM, a node manager or a remote user (mm/auth.py)."""
+    from storm.mm.keys import KeyFileError, write_keypair
+    from storm.tools.client import default_key
+
+    directory = Path(args.dir) if args.dir else default_key().parent
+    if not args.dir and os.geteuid() == 0:
+        directory = Path("/etc/storm/keys")
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+        public, secret = write_keypair(directory, args.name, force=args.force)
+    except KeyFileError as exc:
+        print(f"storm keygen: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"storm keygen: cannot write to {directory}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"public key {public}\nsecret key {secret} (mode 0600: it never leaves this host)")
+    if args.name == "mm":
+        print(
+            f"storm-mm reads the secret key as [mm] key (it runs as user storm: chown storm {secret}); copy"
+            f" {public.name} to every node ([nm] mm_key) and remote user ($STORM_MM_KEY)"
+        )
+    else:
+        print(
+            f"allow it on storm-mm's host by copying {public.name} into [mm] node_keys (a node manager) or"
+            " [mm] client_keys (a remote user: the name before any '@' is the user)"
+        )
+    return 0
 
 
 def wait_for_job(client: Client, job_id: int) -> int:
@@ -226,6 +278,8 @@ def add_job_commands(sub: Any) -> None:
         action="store_true",
         help="if a node under the job fails, run it again (same id) instead of ending it NODE_FAIL",
     )
+    s.add_argument("--uid", help="run as this user: only yourself is accepted (jobs run as their submitter)")
+    s.add_argument("--gid", help="run with this group: only your own is accepted")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     s.set_defaults(func=cmd_submit)
     c = sub.add_parser("cancel", help="cancel jobs")
@@ -279,6 +333,15 @@ def add_cluster_commands(sub: Any) -> None:
     lo.add_argument("--mpl", type=int, help="rows of the matrix: jobs sharing a PE (default 2 but in batch)")
     lo.add_argument("--slice-ms", type=float, default=100.0, help="time slice in ms (gang, fcs; default 100)")
     lo.set_defaults(func=cmd_local)
+    k = sub.add_parser(
+        "keygen",
+        help="create a CURVE key pair (MM, node manager or remote user)",
+        description="Write NAME.key (public) and NAME.key_secret (mode 0600) in ZeroMQ's key file format.",
+    )
+    k.add_argument("name", metavar="NAME", help="mm, a node's name, or a user name (user@host for a 2nd key)")
+    k.add_argument("--dir", help="where to write (default /etc/storm/keys as root, else ~/.config/storm)")
+    k.add_argument("--force", action="store_true", help="replace an existing key pair (locks out its users)")
+    k.set_defaults(func=cmd_keygen)
     b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")
     kinds = (
         "launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost; "

@@ -3,6 +3,11 @@
 Where the MM is, in order: an explicit endpoint, ``$STORM_MM``, a local cluster started by ``storm local up``
 (in ``$STORM_LOCAL_DIR`` or the default local directory), ``/etc/storm/storm.toml``, and finally
 ``ipc:///run/storm/mm.sock``.
+
+A ``tcp://`` endpoint is a remote MM's ``[mm] client_tcp_endpoint``, reached with CURVE (mm/auth.py): the
+client's key pair comes from ``$STORM_KEY`` (default ``~/.config/storm/USER.key_secret``, what ``storm
+keygen USER`` writes) and the MM's public key from ``$STORM_MM_KEY`` (default ``/etc/storm/keys/mm.key``).
+A refused key or a handshake that fails is a ClientError at once, not a time-out.
 """
 
 from __future__ import annotations
@@ -11,14 +16,25 @@ import dataclasses
 import itertools
 import json
 import os
+import pwd
 from pathlib import Path
 from typing import TypeVar
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm import protocol as p
+from storm.mm.keys import (
+    HANDSHAKE_FAILURES,
+    KeyFileError,
+    curve_client,
+    handshake_problem,
+    read_keypair,
+    read_public_key,
+)
 
 DEFAULT_TIMEOUT = 30.0
+DEFAULT_MM_KEY = "/etc/storm/keys/mm.key"
 R = TypeVar("R", bound=p.Message)
 
 
@@ -49,6 +65,12 @@ def local_endpoint(local_dir: Path) -> str | None:
     return endpoint if isinstance(endpoint, str) else None
 
 
+def default_key() -> Path:
+    """Where `storm keygen` (run by a user) puts the user's key pair."""
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config) / "storm" / f"{pwd.getpwuid(os.getuid()).pw_name}.key_secret"
+
+
 def find_endpoint(explicit: str | None = None) -> str:
     if explicit:
         return explicit
@@ -77,10 +99,46 @@ class Client:
         self.timeout = timeout
         self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._monitor: zmq.Socket[bytes] | None = None
+        self._key = ""
+        if self.endpoint.startswith("tcp://"):
+            self._curve()
         self._sock.connect(self.endpoint)
         self._reqs = itertools.count(1)
 
+    def _curve(self) -> None:
+        """A remote MM: CURVE with the user's key, and a monitor that reports a refused handshake."""
+        self._key = os.environ.get("STORM_KEY") or str(default_key())
+        mm_key = os.environ.get("STORM_MM_KEY") or DEFAULT_MM_KEY
+        try:
+            own, server = read_keypair(Path(self._key)), read_public_key(Path(mm_key))
+        except KeyFileError as exc:
+            self._sock.close()
+            raise ClientError(
+                "no_key",
+                f"{exc}; storm-mm at {self.endpoint} takes remote clients with CURVE keys only: your key pair"
+                f" ($STORM_KEY, default {default_key()}, made by `storm keygen`) and its public key"
+                f" ($STORM_MM_KEY, default {DEFAULT_MM_KEY})",
+            ) from None
+        curve_client(self._sock, own, server)
+        self._monitor = self._sock.get_monitor_socket(HANDSHAKE_FAILURES)
+        self._monitor.setsockopt(zmq.LINGER, 0)
+
+    def _refused(self) -> ClientError:
+        assert self._monitor is not None
+        event = parse_monitor_message(self._monitor.recv_multipart())
+        text = handshake_problem(
+            event["event"], event["value"], server=False, peer=f"storm-mm at {self.endpoint}"
+        )
+        public = self._key.removesuffix("_secret")
+        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            text += f"; ask its operator to allow {public} (copy it into the MM's [mm] client_keys directory)"
+        return ClientError("unauthenticated", text)
+
     def close(self) -> None:
+        if self._monitor is not None:
+            self._sock.disable_monitor()
+            self._monitor.close()
         self._sock.close()
 
     def __enter__(self) -> Client:
@@ -95,7 +153,14 @@ class Client:
 
     def receive(self, timeout: float | None = None) -> p.Message:
         wait = self.timeout if timeout is None else timeout
-        if not self._sock.poll(None if wait <= 0 else int(wait * 1000)):
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        if self._monitor is not None:
+            poller.register(self._monitor, zmq.POLLIN)
+        ready = dict(poller.poll(None if wait <= 0 else int(wait * 1000)))
+        if self._sock not in ready:
+            if self._monitor in ready:
+                raise self._refused()
             raise ClientError("timeout", f"storm-mm at {self.endpoint} did not answer within {wait:g} s")
         return p.decode(self._sock.recv(), p.MAX_NODE_MESSAGE)
 

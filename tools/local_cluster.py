@@ -6,9 +6,14 @@ Everything lives in one directory (``storm local up --dir``, default ``~/.local/
     local.json          pids (with their kernel start times) of the daemons, for `storm local down`
     mm/                 storm-mm's state: storm.db, mm.json (real endpoints), mm.log, mm.sock
     nodes/nodeI/        storm-nm's run directory; nodes/nodeI.log its log
+    keys/               CURVE keys (mode 0700): mm.key(_secret), nodeI.key(_secret), and the allowed
+                        public keys in keys/nodes/ and keys/clients/ (see mm/auth.py)
 
 Node managers bind nothing on the network; the MM's node port is chosen by the kernel (port 0) and read
-back from mm/mm.json. Each node's PEs are pinned to distinct CPUs of this machine while there are enough.
+back from mm/mm.json. As on a real cluster the node managers talk to the MM with CURVE: each has a key pair
+of its own that the MM allows (``keys=False`` runs without keys, as storm-mm does when none is configured);
+the keys are made at the first ``up`` and kept, like the store. Each node's PEs are pinned to distinct CPUs
+of this machine while there are enough.
 `storm local down` stops node managers with SIGUSR1, which stops their jobs too (SIGTERM would leave the jobs
 running for a restarted node manager to re-adopt, as ``systemctl restart storm-nm`` does on a real node).
 Tests use the same code (:class:`LocalCluster`) to start and tear down throwaway clusters.
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import zmq
+
+from storm.mm.keys import curve_client, read_keypair, read_public_key, write_keypair
 from storm.nm.processes import LinuxProcesses
 from storm.tools.client import Client, ClientError
 
@@ -78,15 +87,50 @@ class LocalCluster:
     mm_settings: dict[str, object] = field(default_factory=dict)
     nm_settings: dict[str, object] = field(default_factory=dict)
     fcs_settings: dict[str, object] = field(default_factory=dict)
+    # CURVE between the MM and its node managers (and remote clients, with [mm] client_tcp_endpoint).
+    keys: bool = True
     mm: Daemon | None = None
     nms: list[Daemon] = field(default_factory=list)
     endpoint: str = ""
     node_endpoint: str = ""
     heartbeat_endpoint: str = ""
+    remote_endpoint: str = ""  # [mm] client_tcp_endpoint as bound, if set
 
     @property
     def config_path(self) -> Path:
         return self.dir / "storm.toml"
+
+    @property
+    def key_dir(self) -> Path:
+        return self.dir / "keys"
+
+    def _keypair(self, name: str, allow: str = "") -> Path:
+        """keys/NAME.key_secret, made if missing; its public key copied into keys/ALLOW/ if given."""
+        secret = self.key_dir / f"{name}.key_secret"
+        if not secret.exists():
+            write_keypair(self.key_dir, name, force=True)
+        if allow:
+            shutil.copyfile(self.key_dir / f"{name}.key", self.key_dir / allow / f"{name}.key")
+        return secret
+
+    def _make_keys(self) -> None:
+        self.key_dir.mkdir(mode=0o700, exist_ok=True)
+        for allowed in ("nodes", "clients"):
+            (self.key_dir / allowed).mkdir(exist_ok=True)
+        self._keypair("mm")
+
+    def node_key(self, name: str) -> Path:
+        """A node manager's key pair (keys/NAME.key_secret), allowed on the MM; made if missing."""
+        return self._keypair(name, allow="nodes")
+
+    def client_key(self, name: str) -> Path:
+        """A remote client's key pair, allowed on the MM (a name before any '@' is the user it acts as)."""
+        return self._keypair(name, allow="clients")
+
+    def curve(self, sock: zmq.Socket[bytes], key: str = "node0") -> None:
+        """Make a socket (a test's) a CURVE client of the MM with keys/KEY.key_secret; call before connect."""
+        own = read_keypair(self.key_dir / f"{key}.key_secret")
+        curve_client(sock, own, read_public_key(self.key_dir / "mm.key"))
 
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(self.nodes)]
@@ -103,15 +147,23 @@ class LocalCluster:
     # ------------------------------------------------------------------------------------------- up
 
     def write_config(self) -> None:
+        keys = self.key_dir
+        mm_keys = {"key": f"{keys / 'mm.key_secret'}", "node_keys": f"{keys / 'nodes'}"}
+        mm_keys["client_keys"] = f"{keys / 'clients'}"  # empty unless a test allows a client (client_key)
         settings = {
             "mm": {
                 "state_dir": str(self.dir / "mm"),
                 "client_endpoint": f"ipc://{self.dir / 'mm' / 'mm.sock'}",
                 "node_endpoint": "tcp://127.0.0.1:0",
                 "heartbeat_endpoint": "tcp://127.0.0.1:0",
+                **(mm_keys if self.keys else {}),
                 **self.mm_settings,
             },
-            "nm": {"kill_grace": 2.0, **self.nm_settings},
+            "nm": {
+                "kill_grace": 2.0,
+                **({"mm_key": f"{keys / 'mm.key'}"} if self.keys else {}),
+                **self.nm_settings,
+            },
             "fcs": self.fcs_settings,
         }
         lines = [f'[cluster]\nname = "local"\npolicy = "{self.policy}"\n']
@@ -159,6 +211,7 @@ class LocalCluster:
         info = json.loads(info_path.read_text())
         self.endpoint, self.node_endpoint = info["client"], info["node"]
         self.heartbeat_endpoint = info.get("heartbeat", "")
+        self.remote_endpoint = info.get("client_tcp", "")
 
     def start_nm(self, index: int) -> Daemon:
         cpus = sorted(os.sched_getaffinity(0))
@@ -173,6 +226,8 @@ class LocalCluster:
         ]  # fmt: skip
         if self.trace:
             argv += ["--trace", str(self.trace_path(name))]
+        if self.keys:
+            argv += ["--key", str(self.node_key(name))]
         daemon = self._spawn(f"storm-nm {name}", argv, self.dir / "nodes" / f"{name}.log")
         daemon.stop_signal = signal.SIGUSR1
         return daemon
@@ -237,6 +292,8 @@ class LocalCluster:
             )
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "nodes").mkdir(exist_ok=True)
+        if self.keys:
+            self._make_keys()
         self.write_config()
         try:
             self.start_mm()
