@@ -205,6 +205,6 @@ def domain_keys(node_keys: str, client_keys: str) -> dict[str, AllowedKeys]:
         if not directory:
             continue
         if not os.path.isdir(directory):
-            raise KeyFileError(f"the {domain[:-1]} key directory {directory} does not exist (mkdir it)")
+            raise KeyFileError(f"[mm] {domain[:-1]}_keys: no directory {directory} (mkdir it)")
         domains[domain] = AllowedKeys(Path(directory))
     return domains

@@ -159,9 +159,12 @@ class MachineManager:
             return None
         try:
             own = read_keypair(Path(mm.key))
-            gate = Gatekeeper(self.ctx, domain_keys(mm.node_keys, mm.client_keys))
         except KeyFileError as exc:
             raise SystemExit(f"storm-mm: [mm] key: {exc}") from None
+        try:
+            gate = Gatekeeper(self.ctx, domain_keys(mm.node_keys, mm.client_keys))
+        except KeyFileError as exc:
+            raise SystemExit(f"storm-mm: {exc}") from None
         curve_server(self.nodes, own, NODES)
         curve_server(self.heartbeats, own, NODES)
         # The limit on what subscribers send applies to handshake commands too, and a CURVE INITIATE is ~300

@@ -224,6 +224,27 @@ def test_key_settings_that_cannot_work_are_configuration_errors() -> None:
     assert config.mm.operators == ["alice", "1001"] and config.nm.key == config.nm.mm_key == ""
 
 
+def test_storm_mm_will_not_start_with_keys_it_cannot_use(tmp_path: Path) -> None:
+    secret = write_keypair(tmp_path, "mm")[1]
+    secret.chmod(0o644)
+
+    def start(node_keys: Path) -> str:
+        argv = [
+            sys.executable, "-m", "storm.mm.main", "--state-dir", str(tmp_path / "state"),
+            "--client-endpoint", f"ipc://{tmp_path / 'mm.sock'}", "--node-endpoint", "tcp://127.0.0.1:0",
+            "--key", str(secret), "--node-keys", str(node_keys), "--realtime", "false",
+        ]  # fmt: skip
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        assert result.returncode == 1, result.stderr
+        return result.stderr.strip().splitlines()[-1]
+
+    readable = f"{secret} is readable by others (mode 0644): chmod 600 {secret}"
+    assert start(tmp_path) == f"storm-mm: [mm] key: {readable}"
+    secret.chmod(0o600)
+    nodes = tmp_path / "nodes"
+    assert start(nodes) == f"storm-mm: [mm] node_keys: no directory {nodes} (mkdir it)"
+
+
 def test_a_remote_client_without_keys_is_told_what_it_needs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
