@@ -359,7 +359,9 @@ def test_a_node_manager_with_an_unknown_key_is_refused_and_never_up(
         assert "plain" not in node_states(cluster)
 
 
-def remote_cli(cluster: LocalCluster, key: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def remote_cli(
+    cluster: LocalCluster, key: Path, *args: str, cwd: Path = Path("/")
+) -> subprocess.CompletedProcess[str]:
     """The `storm` command on a "remote" host: the MM's TCP client endpoint, a key pair, the MM's key."""
     env = {
         **os.environ, "STORM_MM": cluster.remote_endpoint, "STORM_KEY": str(key),
@@ -367,7 +369,7 @@ def remote_cli(cluster: LocalCluster, key: Path, *args: str) -> subprocess.Compl
     }  # fmt: skip
     return subprocess.run(
         [sys.executable, "-m", "storm.tools.cli", *args],
-        env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False,
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False,
     )  # fmt: skip
 
 
@@ -392,6 +394,12 @@ def test_remote_clients_need_an_allowed_key_and_act_as_the_user_it_names(
     # A node's key is no client key: the two are separate directories.
     as_node = remote_cli(cluster, cluster.key_dir / "node0.key_secret", "nodes")
     assert as_node.returncode == 1 and "refused this key" in as_node.stderr
+    # The whole round trip over the remote socket, --wait included (as the admin's key: root).
+    admin_key = cluster.client_key("root@admin")
+    admin = remote_cli(cluster, admin_key, "submit", "-n", "1", "--wait", "--", "true", cwd=tmp_path)
+    assert admin.returncode == 0, admin.stderr
+    with cluster.client() as local:
+        assert local.job(int(admin.stdout)).user == "root"
     # An allowed key acts as the user it names (before any '@'), as a local client of that uid would. (Its
     # job waits behind root's: nobody could not reach the job shells' socket in pytest's private tmp.)
     nobody = pwd.getpwnam("nobody")
