@@ -147,6 +147,10 @@ class LocalCluster:
     # ------------------------------------------------------------------------------------------- up
 
     def write_config(self) -> None:
+        """storm.toml, and the MM's keys it names (made here, so callers that start daemons one by one get
+        them too; a node's key is made when it starts)."""
+        if self.keys:
+            self._make_keys()
         keys = self.key_dir
         mm_keys = {"key": f"{keys / 'mm.key_secret'}", "node_keys": f"{keys / 'nodes'}"}
         mm_keys["client_keys"] = f"{keys / 'clients'}"  # empty unless a test allows a client (client_key)
@@ -292,8 +296,6 @@ class LocalCluster:
             )
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "nodes").mkdir(exist_ok=True)
-        if self.keys:
-            self._make_keys()
         self.write_config()
         try:
             self.start_mm()
