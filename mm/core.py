@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 
 from storm.mm.config import MMConfig
 from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration, outcome, requeue
+from storm.mm.limits import LogThrottle
 from storm.mm.matrix import Matrix, Placement
 from storm.mm.nodes import DOWN, UP, NodeRegistry
 from storm.mm.protocol import (
+    Error,
     FcsParameters,
     Heartbeat,
     JobInfo,
@@ -122,6 +124,7 @@ class Controller:
         self.outbox: list[tuple[str, Message]] = []
         self.ended: list[Job] = []
         self.reports = Reports(store)
+        self.throttle = LogThrottle()  # lines about refused node reports: a bad node must not fill the disk
         self._recover(now)
 
     # ---------------------------------------------------------------------------------------------- restart
@@ -375,13 +378,20 @@ class Controller:
             self.outbox.append((node_name, KillJob(job_id=job_id, reason=job.reason)))
         return False
 
-    def job_launched(self, msg: JobLaunched, now: float) -> None:
+    # Each job report below returns an error for the node (and changes nothing) when the node has no ranks
+    # of the job: see _foreign.
+
+    def job_launched(self, msg: JobLaunched, now: float) -> Error | None:
+        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
+        if refused is not None:
+            return refused
         job = self.active.get(msg.job_id)
         if job is None or msg.node not in job.nodes or msg.node in self.tracking[job.id].done:
             self._stop_if_over(msg.node, msg.job_id)
             self.outbox.append((msg.node, KillJob(job_id=msg.job_id, reason="the job has ended")))
-            return
+            return None
         self._launched(job, msg.node, now)
+        return None
 
     def _launched(self, job: Job, node: str, now: float) -> None:
         track = self.tracking[job.id]
@@ -392,13 +402,21 @@ class Controller:
             self.store.save_job(job)
             self.active[job.id] = job
 
-    def rank_failed(self, msg: RankFailed, now: float) -> None:
+    def rank_failed(self, msg: RankFailed, now: float) -> Error | None:
+        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
+        if refused is not None:
+            return refused
         job = self.active.get(msg.job_id)
         # A node written off (or outside a requeued job's new run) speaks for ranks that no longer count.
         if job is not None and msg.node in job.nodes and msg.node not in self.tracking[job.id].done:
             self._end(job, JobState.FAILED, msg.exit.status, f"{msg.exit.describe()} on {msg.node}", now)
+        return None
 
-    def job_node_done(self, msg: JobNodeDone, now: float) -> None:
+    def job_node_done(self, msg: JobNodeDone, now: float) -> Error | None:
+        """None when the report is taken (the node is then acknowledged: it may forget the job)."""
+        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
+        if refused is not None:
+            return refused
         node = self.registry.get(msg.node)
         job = self.active.get(msg.job_id)
         if job is None or msg.node not in job.nodes or msg.node in self.tracking[job.id].done:
@@ -406,7 +424,7 @@ class Controller:
                 node.stale.discard(msg.job_id)
                 if not node.stale:
                     self.schedule(now)
-            return  # a re-sent report, or the last word from a node that was written off
+            return None  # a re-sent report, or the last word from a node that was written off
         track = self.tracking[job.id]
         track.done[msg.node] = msg.exits
         if not set(track.done) >= set(job.nodes):
@@ -420,10 +438,15 @@ class Controller:
         elif failed:
             self._end(job, JobState.FAILED, failed[0].status, f"{failed[0].describe()} on {msg.node}", now)
         self._maybe_finish(job.id, now)
+        return None
 
-    def job_stats(self, msg: JobStats, now: float) -> None:
+    def job_stats(self, msg: JobStats, now: float) -> Error | None:
+        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
+        if refused is not None:
+            return refused
         if msg.job_id in self.active and msg.node in self.active[msg.job_id].nodes:
             self.reports.job_stats(msg, now)
+        return None
 
     def stats_view(self, job_id: int, now: float) -> StatsView:
         job = self.active.get(job_id) or self.pending.get(job_id) or self.store.get_job(job_id)
@@ -431,21 +454,30 @@ class Controller:
             raise Rejected("unknown_job", f"no job {job_id}")
         return self.reports.view(job, now)
 
-    def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> None:
+    def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> Error | None:
         """Collect one node's arrival at a cross-node PMI barrier; answer all nodes when the last arrives.
 
         The answer is stored before it is sent: a node whose copy was lost (the MM restarted) asks again
-        and gets it again, rather than waiting for nodes that have long passed the barrier.
+        and gets it again, rather than waiting for nodes that have long passed the barrier. A node waits
+        for the answer to each barrier before it enters the next, so one more than a barrier ahead of the
+        job's current one is refused.
         """
+        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
+        if refused is not None:
+            return refused
         job = self.active.get(msg.job_id)
         if job is None or msg.node not in job.nodes:
-            return
+            return None
         track = self.tracking[job.id]
         if track.last_barrier is not None and msg.seq <= track.last_barrier[0]:
             seq, kvs = track.last_barrier
             if msg.seq == seq:
                 self.outbox.append((msg.node, PmiBarrierOut(job_id=job.id, seq=seq, kvs=kvs)))
-            return
+            return None
+        current = 0 if track.last_barrier is None else track.last_barrier[0] + 1
+        if msg.seq > current + 1:
+            text = f"PMI barrier {msg.seq} of job {job.id}, but the job is at barrier {current}"
+            return self._refuse(msg.node, text, now)
         arrived = track.barriers.setdefault(msg.seq, {})
         arrived[msg.node] = msg.kvs
         if set(arrived) >= set(job.nodes):
@@ -457,6 +489,29 @@ class Controller:
             track.last_barrier = (msg.seq, merged)
             for node in job.nodes:
                 self.outbox.append((node, PmiBarrierOut(job_id=job.id, seq=msg.seq, kvs=merged)))
+        return None
+
+    def _foreign(self, node_name: str, job_id: int, what: str, now: float) -> Error | None:
+        """An error when ``node_name`` has no ranks of the job, as far as the MM knows; None when it may.
+
+        An authenticated node manager still speaks only for its own ranks. It may have those of the job's
+        current (or last) run on it, of an earlier run of a requeued job it has not confirmed gone
+        (``stale``), or of a requeued job's last run whose reports may still be on their way (``echoes``).
+        """
+        job = self.active.get(job_id) or self.pending.get(job_id) or self.store.get_job(job_id)
+        node = self.registry.get(node_name)
+        if (
+            (job is not None and node_name in job.nodes)
+            or (node is not None and job_id in node.stale)
+            or self.echoes.expects(job_id, node_name)
+        ):
+            return None
+        return self._refuse(node_name, f"{what} about job {job_id}, which has no ranks on {node_name}", now)
+
+    def _refuse(self, node: str, text: str, now: float) -> Error:
+        """A node report that must change nothing: a log line (throttled per node) and the error for it."""
+        self.throttle.warning(log, ("refused", node), now, "node %s: refused %s", node, text)
+        return Error(code="bad_request", text=text)
 
     # ---------------------------------------------------------------------------------------------- time
 

@@ -448,17 +448,17 @@ class MachineManager:
                 reply = self.core.register(msg, now)
             case p.NodeStatus():
                 reply = self.core.node_status(msg, now)
+            # Job reports are answered only when refused (an error), and a final report taken with an ack.
             case p.JobLaunched():
-                self.core.job_launched(msg, now)
+                reply = self.core.job_launched(msg, now)
             case p.RankFailed():
-                self.core.rank_failed(msg, now)
+                reply = self.core.rank_failed(msg, now)
             case p.JobNodeDone():
-                self.core.job_node_done(msg, now)
-                reply = p.Ack(job_id=msg.job_id, what=msg.op)
+                reply = self.core.job_node_done(msg, now) or p.Ack(job_id=msg.job_id, what=msg.op)
             case p.PmiBarrierIn():
-                self.core.pmi_barrier_in(msg, now)
+                reply = self.core.pmi_barrier_in(msg, now)
             case p.JobStats():
-                self.core.job_stats(msg, now)
+                reply = self.core.job_stats(msg, now)
             case _:
                 reply = p.Error(code="bad_request", text=f"{msg.op} is not a node message")
         if reply is not None:

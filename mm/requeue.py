@@ -46,6 +46,10 @@ class Echoes:
                     freed = True
         return freed
 
+    def expects(self, job_id: int, node: str) -> bool:
+        """Whether reports of ``job_id``'s last run may still come from ``node``."""
+        return node in self._nodes.get(job_id, ())
+
     def held(self, pending: Iterable[int]) -> dict[int, set[str]]:
         """The pending jobs that must wait, and for which nodes; entries of jobs no longer pending go."""
         queued = set(pending)
