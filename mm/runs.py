@@ -1,0 +1,232 @@
+"""The MM's jobs from placement to their end: the steps of a run, whatever made it move.
+
+A job holds its PEs from STARTING until every node it ran on has reported its ranks gone (or is DOWN): a job
+that is being killed keeps its PEs, so a new job never lands on a PE whose old rank still runs. For the same
+reason a node that comes back from DOWN takes no new job until it has stopped what it still ran.
+
+When storm ends a job itself (a cancel, a time limit, a failed rank, a lost node) it first records the
+*ending* (the terminal state it is heading for and why) in the store, then tells every node to stop the
+ranks; the job reaches that state once the last node has reported. A restarted MM finishes what it began.
+
+A job submitted with ``requeue`` that is heading for NODE_FAIL goes back to the queue instead (at most
+``max_requeues`` times), with the same id. Nothing of its last run may count for the next: it runs again
+only once the last run's nodes that are UP have stopped reporting on it (mm/requeue.py); a lost node, whose
+ranks may still run (a partition), is not placed again until it has stopped them, and what it says of the
+last run (a launch, a failed rank, a final report) is not taken for the next, which runs on other nodes.
+
+The Controller (mm/core.py) decides when, from what arrives; everything here is called from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+from storm.mm.config import MMConfig
+from storm.mm.jobs import Job, JobState, advance, outcome, requeue
+from storm.mm.matrix import Matrix, Placement
+from storm.mm.nodes import UP, NodeRegistry
+from storm.mm.protocol import FcsParameters, JobRows, KillJob, LaunchJob, Message, RankExit, RankSlot
+from storm.mm.reports import Reports
+from storm.mm.requeue import Echoes
+from storm.mm.scheduler import QueuedJob, RunningJob, schedule
+from storm.mm.slots import GangCycle
+from storm.mm.store import Store
+
+log = logging.getLogger("storm.mm")
+
+
+@dataclass
+class Tracking:
+    """What the MM knows of an active job's ranks, node by node (memory only: nodes report it again)."""
+
+    kvsname: str = ""
+    launched: set[str] = field(default_factory=set)
+    # Nodes whose ranks of the job are gone, with their exits (empty for a node that was lost).
+    done: dict[str, tuple[RankExit, ...]] = field(default_factory=dict)
+    # Nodes written off without confirming their ranks gone (lost, or silent past kill_timeout).
+    written_off: set[str] = field(default_factory=set)
+    kill_time: float | None = None
+    barriers: dict[int, dict[str, dict[str, str]]] = field(default_factory=dict)
+    # The last barrier completed: (seq, merged kvs), kept durably until the job ends.
+    last_barrier: tuple[int, dict[str, str]] | None = None
+    # Each node's launch until the job runs: sent again to a node whose NM restarted before it arrived.
+    launches: dict[str, LaunchJob] = field(default_factory=dict)
+
+
+class Runs:
+    """The MM's jobs, queued and placed, and what a run goes through: its start on its nodes, its end
+    everywhere, its finish (or requeue) once every node has reported, and the start of what its PEs free."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: MMConfig,
+        mm_epoch: str,
+        *,
+        policy: str = "batch",
+        fcs: FcsParameters | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.mm_epoch = mm_epoch
+        self.policy = policy
+        self.fcs = fcs or FcsParameters()
+        # Under gang and FCS the rows take turns with heartbeats; in batch and sb every placed job may run.
+        tslots_max = self.fcs.tslots_max if policy == "fcs" else None
+        self.cycle = GangCycle(config.slice, tslots_max) if policy in ("gang", "fcs") else None
+        self.heartbeat_port = 0  # set by the daemon once it has bound its PUB socket
+        self.matrix = Matrix(config.mpl)
+        self.registry = NodeRegistry(config.node_timeout)
+        self.pending: dict[int, Job] = {}
+        self.active: dict[int, Job] = {}
+        self.tracking: dict[int, Tracking] = {}
+        self.reasons: dict[int, str] = {}
+        # Requeued jobs waiting for the last run's reports to stop arriving (see mm/requeue.py).
+        self.echoes = Echoes()
+        self.outbox: list[tuple[str, Message]] = []
+        self.ended: list[Job] = []
+        self.reports = Reports(store)
+
+    def schedule(self, now: float) -> None:
+        if not self.pending:
+            self.reasons = {}
+            return
+        held = self.echoes.held(self.pending)
+        queue = [
+            QueuedJob(job_id=j.id, ranks=j.spec.ranks, time_limit=j.spec.time_limit)
+            for j in self.pending.values()
+            if j.id not in held
+        ]
+        running = {
+            j.id: RunningJob(job_id=j.id, start_time=j.start_time or now, time_limit=j.spec.time_limit)
+            for j in self.active.values()
+        }
+        plan = schedule(now, queue, running, self.matrix, self.registry.usable())
+        self.reasons = dict(plan.reasons)
+        for job_id, nodes in held.items():
+            self.reasons[job_id] = f"Requeued: last run's reports still due from {','.join(sorted(nodes))}"
+        for start in plan.starts:
+            self._start(self.pending.pop(start.job_id), start.placement, now)
+
+    def _start(self, job: Job, placement: Placement, now: float) -> None:
+        job = advance(job, JobState.STARTING, now, placement=placement.pes, row=placement.row, reason="")
+        self.store.save_job(job)
+        track = Tracking(kvsname=f"storm_{job.id}_{secrets.token_hex(4)}")
+        self.active[job.id] = job
+        self.tracking[job.id] = track
+        if self.cycle is not None:
+            self.cycle.add(job.id, now)
+        counts = tuple(sum(1 for n, _ in placement.pes if n == node) for node in placement.nodes)
+        spec = job.spec
+        for index, node in enumerate(placement.nodes):
+            slots = tuple(RankSlot(rank=r, pe=pe) for r, (n, pe) in enumerate(placement.pes) if n == node)
+            launch = LaunchJob(
+                job_id=job.id, name=spec.name, kvsname=track.kvsname, size=spec.ranks, row=placement.row,
+                node_index=index,
+                ranks_per_node=counts, slots=slots, argv=spec.argv, cwd=spec.cwd, env=spec.env,
+                uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output, error=spec.error,
+            )  # fmt: skip
+            track.launches[node] = launch
+            self.outbox.append((node, launch))
+        log.info("job %d started on %s", job.id, ",".join(placement.nodes))
+
+    def _node_lost(self, job: Job, node: str, reason: str, now: float) -> None:
+        """The node's ranks of the job are written off: nothing more is expected from it."""
+        track = self.tracking[job.id]
+        if node not in track.done:
+            track.done[node] = ()
+            track.written_off.add(node)
+        self._end(job, JobState.NODE_FAIL, None, reason, now)
+
+    def _end(self, job: Job, state: JobState, exit_code: int | None, reason: str, now: float) -> None:
+        """Stop a job everywhere. The first ending is the one that counts; it is stored before any kill."""
+        track = self.tracking[job.id]
+        if job.ending is None:
+            job = dataclasses.replace(job, ending=state, exit_code=exit_code, reason=reason)
+            self.store.save_job(job)
+            self.active[job.id] = job
+            track.kill_time = now
+            log.info("job %d ending %s: %s", job.id, state.value, reason)
+        for node in job.nodes:
+            if node not in track.done:
+                self.outbox.append((node, KillJob(job_id=job.id, reason=job.reason)))
+        self._maybe_finish(job.id, now)
+
+    def _maybe_finish(self, job_id: int, now: float) -> None:
+        job = self.active.get(job_id)
+        if job is None:
+            return
+        track = self.tracking[job_id]
+        if not set(track.done) >= set(job.nodes):
+            return
+        exits = [e for node in job.nodes for e in track.done[node]]
+        if job.ending is not None:
+            state, code, reason = job.ending, job.exit_code, job.reason
+            if code is None:
+                code = next((e.status for e in exits if e.failed), None)
+        else:
+            state, code, reason = outcome(exits)
+        again = state is JobState.NODE_FAIL and job.spec.requeue
+        if again and job.requeues >= self.config.max_requeues:
+            again = False
+            reason = f"{reason} (not requeued again: max_requeues is {self.config.max_requeues})"
+        suspended = job.suspended_time
+        if self.cycle is not None:
+            self.cycle.account(now, {j: p.row for j, p in self.matrix.jobs().items()})
+            suspended = self.cycle.forget(job_id)
+        if track.last_barrier is not None:
+            self.store.forget_barrier(job_id)  # the next run wires up afresh
+        if len(job.nodes) > 1:
+            self.store.forget_node_exits(job_id)  # only jobs on several nodes store them
+        self.reports.forget(job_id)
+        del self.active[job_id]
+        del self.tracking[job_id]
+        self.matrix.release(job_id)
+        if again:
+            self._requeue(job, track)
+        else:
+            self._finish(advance(job, state, now, exit_code=code, reason=reason, suspended_time=suspended))
+        self._compact()
+        self.schedule(now)  # its PEs are free: start what waited for them now, not at the next tick
+
+    def _requeue(self, job: Job, track: Tracking) -> None:
+        """Back to the queue, stored before anything else: the next run starts from scratch, same id."""
+        last_run = job.nodes
+        job = requeue(job, f"requeued {job.requeues + 1}/{self.config.max_requeues} after {job.reason}")
+        self.store.save_job(job)
+        self.pending[job.id] = job
+        up = {n.name for n in self.registry.all() if n.state == UP and n.confirmed}
+        self.echoes.add(job.id, up.intersection(last_run))
+        # An UP node that never confirmed its ranks gone may still run them under this id: it takes no job
+        # (above all not this one) until its reports stop listing it. A DOWN node is sorted out when it
+        # registers again, listing the job (see _stop_if_over).
+        for name in track.written_off:
+            node = self.registry.get(name)
+            if node is not None and node.state == UP and node.confirmed:
+                node.stale.add(job.id)
+        log.info("job %d %s", job.id, job.reason)
+
+    def _compact(self) -> None:
+        """Move jobs into lower rows freed by an ending job, and tell their nodes."""
+        moved = self.matrix.compact()
+        by_node: dict[str, dict[str, int]] = {}
+        for job_id, row in moved.items():
+            job = dataclasses.replace(self.active[job_id], row=row)
+            self.store.save_job(job)
+            self.active[job_id] = job
+            for node in job.nodes:
+                by_node.setdefault(node, {})[str(job_id)] = row
+        for node, rows in by_node.items():
+            self.outbox.append((node, JobRows(rows=rows)))
+        if moved:
+            log.info(
+                "matrix compacted: %s", ", ".join(f"job {j} -> row {r}" for j, r in sorted(moved.items()))
+            )
+
+    def _finish(self, job: Job) -> None:
+        self.store.save_job(job)
+        self.ended.append(job)
+        log.info("job %d %s%s", job.id, job.state.value, f": {job.reason}" if job.reason else "")
