@@ -178,7 +178,9 @@ def watch_handshakes(
     The monitor starts now: call this before the socket connects, or the first handshake may fail unseen.
     Run the returned coroutine as a task; cancelling it disables the monitor and closes its socket.
     """
-    monitor = sock.get_monitor_socket(HANDSHAKE_FAILURES)
+    # A server hears of a ZAP refusal too (AUTH), which the Gatekeeper has logged with more to say.
+    events = HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH if server else HANDSHAKE_FAILURES
+    monitor = sock.get_monitor_socket(events)
     monitor.setsockopt(zmq.LINGER, 0)
 
     async def watch() -> None:
