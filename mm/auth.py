@@ -41,6 +41,7 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq sends its ZAP requests (
 NODES, CLIENTS = "nodes", "clients"  # ZAP domains
 REFUSAL_EVERY = 60.0  # seconds between log lines about the same refused peer
 RETRY_REFUSED = 2.0  # seconds before a client whose handshake was refused tries again
+STAMP_DOUBT_NS = 2_000_000_000
 
 
 class AllowedKeys:
@@ -61,7 +62,9 @@ class AllowedKeys:
             stamp = self.directory.stat().st_mtime_ns
         except OSError:
             stamp = None
-        if stamp == self._stamp and self._stamp is not None:
+        # File times tick coarsely (a jiffy), so a change in the same tick as the last read keeps the stamp:
+        # a stamp younger than STAMP_DOUBT is not trusted, and the directory is read again.
+        if stamp is not None and stamp == self._stamp and time.time_ns() - stamp > STAMP_DOUBT_NS:
             return
         self._stamp = stamp
         keys, problems = {}, []
@@ -74,9 +77,9 @@ class AllowedKeys:
                 keys[read_public_key(path)] = path.name[: -len(PUBLIC_SUFFIX)]
             except KeyFileError as exc:
                 problems.append(str(exc))
-        self.keys, self.problems = keys, problems
-        for problem in problems:
+        for problem in set(problems) - set(self.problems):  # each once, not at every read
             log.warning("allowed keys: %s", problem)
+        self.keys, self.problems = keys, problems
 
     def name(self, public: bytes) -> str | None:
         """The name ``public`` (Z85) is allowed under, or None."""
