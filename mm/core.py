@@ -80,18 +80,24 @@ class Controller(Runs):
             self.matrix.add_node(node.name, node.pes)  # DOWN ones too: they may come back
         barriers = self.store.barriers()
         node_exits = self.store.node_exits()  # nodes that had finished their part of a running job
+        kvsnames = self.store.kvsnames()
         for job in self.store.jobs(active_only=True):
             if job.state is JobState.PENDING:
                 self.pending[job.id] = job
                 continue
             self.active[job.id] = job
             launched = set(job.nodes) if job.state is JobState.RUNNING else set()
-            self.tracking[job.id] = Tracking(
+            track = self.tracking[job.id] = Tracking(
+                kvsname=kvsnames.get(job.id, ""),
                 launched=launched,
                 done=dict(node_exits.get(job.id, {})),
                 kill_time=now if job.ending else None,
                 last_barrier=barriers.get(job.id),
             )
+            if job.state is JobState.STARTING and track.kvsname:  # none if placed by an older storm-mm
+                # A launch may have been lost with the old MM: `register` sends it again to a node that
+                # does not list the job (nodes that do are taken as launched).
+                track.launches = self._launches(job, track.kvsname)
             self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
             if self.cycle is not None:
                 self.cycle.add(job.id, now, job.suspended_time)

@@ -40,7 +40,8 @@ log = logging.getLogger("storm.mm")
 
 @dataclass
 class Tracking:
-    """What the MM knows of an active job's ranks, node by node (memory only: nodes report it again)."""
+    """What the MM knows of an active job's ranks, node by node (memory only: nodes report it again, and a
+    restarted MM rebuilds a starting job's launches from the store, its kvsname included)."""
 
     kvsname: str = ""
     launched: set[str] = field(default_factory=set)
@@ -113,25 +114,36 @@ class Runs:
 
     def _start(self, job: Job, placement: Placement, now: float) -> None:
         job = advance(job, JobState.STARTING, now, placement=placement.pes, row=placement.row, reason="")
-        self.store.save_job(job)
+        # Random per run: MPICH names a node's shared memory after it, so a requeued job's next run must not
+        # meet segments its last one may still leave behind, nor a job of another store with the same id.
+        # Stored with the placement (one commit) before any launch goes out: a restarted MM sends the same.
         track = Tracking(kvsname=f"storm_{job.id}_{secrets.token_hex(4)}")
+        with self.store.transaction():
+            self.store.save_job(job)
+            self.store.save_kvsname(job.id, track.kvsname)
         self.active[job.id] = job
         self.tracking[job.id] = track
         if self.cycle is not None:
             self.cycle.add(job.id, now)
-        counts = tuple(sum(1 for n, _ in placement.pes if n == node) for node in placement.nodes)
+        track.launches = self._launches(job, track.kvsname)
+        self.outbox.extend(track.launches.items())
+        log.info("job %d started on %s", job.id, ",".join(job.nodes))
+
+    def _launches(self, job: Job, kvsname: str) -> dict[str, LaunchJob]:
+        """Each node's launch of a placed job, from what the store keeps: a restarted MM rebuilds them."""
+        nodes = job.nodes
+        counts = tuple(sum(1 for n, _ in job.placement if n == node) for node in nodes)
         spec = job.spec
-        for index, node in enumerate(placement.nodes):
-            slots = tuple(RankSlot(rank=r, pe=pe) for r, (n, pe) in enumerate(placement.pes) if n == node)
-            launch = LaunchJob(
-                job_id=job.id, name=spec.name, kvsname=track.kvsname, size=spec.ranks, row=placement.row,
+        launches = {}
+        for index, node in enumerate(nodes):
+            slots = tuple(RankSlot(rank=r, pe=pe) for r, (n, pe) in enumerate(job.placement) if n == node)
+            launches[node] = LaunchJob(
+                job_id=job.id, name=spec.name, kvsname=kvsname, size=spec.ranks, row=job.row or 0,
                 node_index=index,
                 ranks_per_node=counts, slots=slots, argv=spec.argv, cwd=spec.cwd, env=spec.env,
                 uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output, error=spec.error,
             )  # fmt: skip
-            track.launches[node] = launch
-            self.outbox.append((node, launch))
-        log.info("job %d started on %s", job.id, ",".join(placement.nodes))
+        return launches
 
     def _node_lost(self, job: Job, node: str, reason: str, now: float) -> None:
         """The node's ranks of the job are written off: nothing more is expected from it."""
@@ -217,6 +229,8 @@ class Runs:
             job = dataclasses.replace(self.active[job_id], row=row)
             self.store.save_job(job)
             self.active[job_id] = job
+            track = self.tracking[job_id]  # a launch sent again must name the row the job now has
+            track.launches = {n: dataclasses.replace(launch, row=row) for n, launch in track.launches.items()}
             for node in job.nodes:
                 by_node.setdefault(node, {})[str(job_id)] = row
         for node, rows in by_node.items():

@@ -21,16 +21,21 @@ import msgpack
 from storm.mm.jobs import Job, JobSpec, JobState
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # What turns a store of version N into version N + 1 (the schema below is always the newest).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: jobs go back to the queue after a node failure (submit --requeue), and count how often.
     1: ("ALTER TABLE jobs ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0",),
+    # 3: a placed job's PMI name, so that a restarted MM can send a launch a node missed (jobs placed by an
+    # older storm-mm have none: a node that missed theirs loses the job, as it did then).
+    2: ("ALTER TABLE jobs ADD COLUMN kvsname TEXT NOT NULL DEFAULT ''",),
 }
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- kvsname: the PMI name of the job's current (or last) run. Its launches carry it and MPICH names its shared
+-- memory after it; it is random per run, so it is kept for a restarted MM to send a lost launch again.
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     state TEXT NOT NULL,
@@ -44,7 +49,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     row INTEGER,
     ending TEXT,
     suspended_time REAL NOT NULL DEFAULT 0,
-    requeues INTEGER NOT NULL DEFAULT 0
+    requeues INTEGER NOT NULL DEFAULT 0,
+    kvsname TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN ('PENDING', 'STARTING', 'RUNNING');
@@ -281,6 +287,20 @@ class Store:
             )
             if cur.rowcount != 1:
                 raise StoreError(f"job {job.id} is not in the store")
+
+    def save_kvsname(self, job_id: int, kvsname: str) -> None:
+        """The PMI name of the job's run that is starting (join the transaction that places the job)."""
+        with self.transaction():
+            cur = self._db.execute("UPDATE jobs SET kvsname = ? WHERE id = ?", (kvsname, job_id))
+            if cur.rowcount != 1:
+                raise StoreError(f"job {job_id} is not in the store")
+
+    def kvsnames(self) -> dict[int, str]:
+        """The PMI names of the placed jobs (STARTING or RUNNING) that have one."""
+        rows = self._db.execute(
+            "SELECT id, kvsname FROM jobs WHERE state IN ('STARTING', 'RUNNING') AND kvsname != ''"
+        ).fetchall()
+        return {int(job_id): str(name) for job_id, name in rows}
 
     def get_job(self, job_id: int) -> Job | None:
         query = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?"  # noqa: S608 (constant column list)

@@ -235,3 +235,23 @@ def test_mm_sigkill_between_two_nodes_final_reports(make_cluster: object, tmp_pa
     assert (ended.state, ended.exit_code, ended.reason) == ("FAILED", 5, "rank 2 exited with code 5 on node1")
     assert (failed.state, failed.exit_code) == ("FAILED", 4)
     assert failed.reason == "rank 0 exited with code 4 on node1"
+
+
+def test_mm_sigkill_while_a_job_starts_sends_its_lost_launch_again(
+    make_cluster: object, tmp_path: Path
+) -> None:
+    """node1's NM is down when a two-node MPI job is placed (its launch goes nowhere) and storm-mm is
+    SIGKILLed while the job is starting: the restarted MM sends node1 the same launch (the job's PMI name
+    kept in the store), rather than ending the job NODE_FAIL, and the job wires up across both nodes."""
+    cluster: LocalCluster = make_cluster(nodes=2, pes_per_node=1, mm_node_timeout=30)  # type: ignore[operator]
+    cluster.kill_nm(1)  # node1 stays UP for the MM until the timeout
+    with cluster.client() as client:
+        job = client.submit(python_app("hello"), 2, cwd=str(tmp_path))
+        poll(lambda: set(ranks_on("node0")) == {(job, 0)}, 30, "node0's rank to start")
+        assert client.job(job).state == "STARTING"  # waiting for node1's launch report
+    cluster.restart_mm()
+    cluster.revive_nm(1)  # registers without the job
+    with cluster.client() as client:
+        ended = client.wait(job, timeout=JOB_TIMEOUT)
+    assert (ended.state, ended.exit_code, ended.nodes) == ("COMPLETED", 0, ("node0", "node1"))
+    assert "hello: OK" in (tmp_path / f"storm-{job}.out").read_text()

@@ -271,8 +271,61 @@ def test_requeue_fields_survive_a_restart(db: Path, open_store: Opener) -> None:
     assert again == job and again.spec.requeue and again.requeues == 3
 
 
+def placed(job: Job, node: str = "n1") -> Job:
+    return advance(job, JobState.STARTING, 2.0, placement=((node, 0),), row=0)
+
+
+def test_pmi_names_of_placed_jobs_survive_a_restart(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    pending, starting, running, finished = (store.add_job(spec(n), 1.0) for n in (1, 2, 3, 4))
+    starting = placed(starting, "n1")
+    running = advance(placed(running, "n2"), JobState.RUNNING, 3.0)
+    finished = advance(placed(finished, "n3"), JobState.COMPLETED, 4.0)
+    with store.transaction():
+        for job, name in ((starting, "storm_2_ab"), (running, "storm_3_cd"), (finished, "storm_4_ef")):
+            store.save_job(job)
+            store.save_kvsname(job.id, name)
+    with pytest.raises(StoreError, match="job 99 is not in the store"):
+        store.save_kvsname(99, "storm_99_00")
+    store.close()
+    again = open_store(db)
+    assert again.kvsnames() == {starting.id: "storm_2_ab", running.id: "storm_3_cd"}  # placed jobs only
+    assert again.get_job(pending.id) == pending and again.get_job(running.id) == running
+    again.save_kvsname(starting.id, "storm_2_12")  # a requeued job's next run: a name of its own
+    assert again.kvsnames()[starting.id] == "storm_2_12"
+
+
+def downgrade_to_version_2(db: Path) -> None:
+    """What storm-mm wrote before it kept a placed job's PMI name."""
+    with closing(sqlite3.connect(db)) as other:
+        other.execute("ALTER TABLE jobs DROP COLUMN kvsname")
+        other.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        other.commit()
+
+
+def test_a_version_2_store_is_migrated_in_place(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    queued = store.add_job(spec(1), 1.0)
+    starting = placed(store.add_job(spec(2), 1.0))
+    store.save_job(starting)
+    store.save_kvsname(starting.id, "storm_2_ab")
+    store.close()
+    downgrade_to_version_2(db)
+    assert "kvsname" not in {row[1] for row in peek(db, "PRAGMA table_info(jobs)")}
+    migrated = open_store(db)
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "3"
+    assert migrated.jobs() == [queued, starting]
+    assert migrated.kvsnames() == {}  # placed by the older storm-mm: its name was never kept
+    migrated.save_kvsname(starting.id, "storm_2_cd")
+    assert peek(db, "SELECT id, kvsname FROM jobs ORDER BY id") == [
+        (queued.id, ""),
+        (starting.id, "storm_2_cd"),
+    ]
+
+
 def downgrade_to_version_1(db: Path) -> None:
     """What storm-mm wrote before jobs could be requeued: no requeues column, no flag in the specs."""
+    downgrade_to_version_2(db)
     with closing(sqlite3.connect(db)) as other:
         other.execute("ALTER TABLE jobs DROP COLUMN requeues")
         for job_id, blob in other.execute("SELECT id, spec FROM jobs").fetchall():
@@ -290,7 +343,7 @@ def test_a_version_1_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     downgrade_to_version_1(db)
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "2"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "3"
     assert migrated.get_job(old.id) == old  # not a --requeue job, never requeued
     job = migrated.add_job(spec(2, requeue=True), 2.0)
     migrated.save_job(dataclasses.replace(job, requeues=1))
@@ -307,5 +360,5 @@ def test_a_failed_migration_changes_nothing(db: Path) -> None:
     text = str(info.value)
     del info
     gc.collect()  # the refused store's connection is only closed by the collector
-    assert text.startswith(f"{db}: cannot migrate from schema version 1 to 2: duplicate column name")
+    assert text.startswith(f"{db}: cannot migrate from schema version 1 to 3: duplicate column name")
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
