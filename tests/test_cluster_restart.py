@@ -17,6 +17,7 @@ import pytest
 
 from storm.tools.local_cluster import LocalCluster
 from tests.conftest import JOB_TIMEOUT, poll, python_app
+from tests.test_cluster_gang import stopped
 
 pytestmark = pytest.mark.slow
 
@@ -70,16 +71,6 @@ def same_processes(ranks: Ranks) -> bool:
         except psutil.NoSuchProcess:
             return False
     return True
-
-
-def stopped(pid: int) -> bool | None:
-    """True if the process is stopped (state T), None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    state = stat[stat.rindex(")") + 2]
-    return None if state == "Z" else state == "T"
 
 
 def test_mm_sigkill_restart_keeps_every_job(make_cluster: object, tmp_path: Path) -> None:
