@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from storm.mm.protocol import ClassChange, FcsParameters
-from storm.nm.fcs import Measurement, ProcessClass, end_of_slot
+from storm.nm.fcs import ProcessClass, end_of_slot
 from storm.nm.monitor import Monitor
 from storm.nm.switcher import ContextSwitcher, Key
 
@@ -48,7 +48,8 @@ class Classifier:
                 old = self.state(key)
                 self.states[key] = replace(old, tslots=old.tslots + 1)
                 continue
-            measured = self._measurement(unit.job_id, unit.index)
+            # None for a process that has not entered MPI through the hook: it does not communicate.
+            measured = self.monitor.measure_rank(unit.job_id, unit.index)
             old = self.state(key)
             new, restart = end_of_slot(old, measured, self.constants, job_reset=unit.job_id in resets)
             self.states[key] = new
@@ -67,13 +68,6 @@ class Classifier:
                 )
                 self.changes.append(change)
                 log.debug("job %d rank %d: %s -> %s", unit.job_id, unit.rank, old.klass, new.klass)
-
-    def _measurement(self, job_id: int, index: int) -> Measurement | None:
-        """None for a process that has not entered MPI through the hook: it does not communicate."""
-        measured = self.monitor.measure_rank(job_id, index)
-        if measured is None:
-            return None
-        return Measurement(t_cpu=measured.t_cpu, t_comm=measured.t_comm, c_comm=measured.c_comm)
 
     def forget(self, job_id: int) -> None:
         for key in [k for k in self.states if k[0] == job_id]:

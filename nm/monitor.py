@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from storm.mm.protocol import RankStats
 from storm.mpihook.stats import FOREIGN_MPI, WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters
+from storm.nm.fcs import Measurement
 from storm.nm.processes import Processes
 from storm.nm.profile import Snapshot
 
@@ -41,17 +42,6 @@ class Baseline:
     cpu_ns: int = 0
     stopped_ns: int = 0
     stopped_polling_ns: int = 0
-
-
-@dataclass
-class Measurement:
-    t_cpu: float
-    t_comm: float
-    c_comm: int
-
-    @property
-    def granularity(self) -> float | None:
-        return (self.t_cpu + self.t_comm) / self.c_comm if self.c_comm else None
 
 
 def polled(counters: RankCounters) -> int:
@@ -283,7 +273,7 @@ class Monitor:
                     t_cpu=measurement.t_cpu if measurement else 0.0,
                     t_comm=measurement.t_comm if measurement else 0.0,
                     c_comm=measurement.c_comm if measurement else 0,
-                    granularity=measurement.granularity if measurement else None,
+                    granularity=measurement.granularity if measurement and measurement.c_comm else None,
                     calls=counters.calls if counters else 0,
                     wait_mode="spin-block" if mode == WAIT_SPINBLOCK else "poll",
                 )
