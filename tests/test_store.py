@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -16,6 +15,7 @@ import pytest
 from storm.mm.jobs import Job, JobSpec, JobState, advance
 from storm.mm.protocol import ClassChange, ProfileEntry
 from storm.mm.store import SCHEMA_VERSION, NodeRecord, Store, StoreError
+from tests.conftest import open_fds
 
 Opener = Callable[..., Store]
 
@@ -193,21 +193,22 @@ def test_nodes_round_trip_and_upsert(db: Path, open_store: Opener) -> None:
     assert peek(db, "SELECT count(*) FROM nodes") == [(2,)]
 
 
+def refusal(db: Path) -> str:
+    """The message of the StoreError that refuses to open ``db``."""
+    with pytest.raises(StoreError) as info:
+        Store(db)
+    text = str(info.value)
+    del info
+    gc.collect()  # the refused store's connection is only closed by the collector (see the next test)
+    return text
+
+
 def test_schema_version_mismatch(db: Path, open_store: Opener) -> None:
     open_store(db).close()
     with closing(sqlite3.connect(db)) as other:
         other.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
         other.commit()
-    with pytest.raises(StoreError) as info:
-        open_store(db)
-    text = str(info.value)
-    del info
-    gc.collect()  # the refused store's connection is only closed by the collector (see the next test)
-    assert text == f"{db}: schema version 99, this storm-mm reads {SCHEMA_VERSION}"
-
-
-def open_fds() -> set[int]:
-    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+    assert refusal(db) == f"{db}: schema version 99, this storm-mm reads {SCHEMA_VERSION}"
 
 
 def test_a_refused_store_closes_its_files(db: Path) -> None:
@@ -355,10 +356,5 @@ def test_a_failed_migration_changes_nothing(db: Path) -> None:
     with closing(sqlite3.connect(db)) as other:  # version 1 by its label, yet the column is there
         other.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         other.commit()
-    with pytest.raises(StoreError) as info:
-        Store(db)
-    text = str(info.value)
-    del info
-    gc.collect()  # the refused store's connection is only closed by the collector
-    assert text.startswith(f"{db}: cannot migrate from schema version 1 to 3: duplicate column name")
+    assert refusal(db).startswith(f"{db}: cannot migrate from schema version 1 to 3: duplicate column name")
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
