@@ -64,6 +64,21 @@ def _numbered(mapping: dict[str, int], least: int) -> bool:
     )
 
 
+# Checks that several messages make, each written (and worded) once.
+
+
+def _check_rows(rows: dict[str, int]) -> None:
+    _check(_numbered(rows, 0), "rows must map job ids to rows >= 0")
+
+
+def _check_pids(pids: dict[str, int]) -> None:
+    _check(_numbered(pids, 1), "pids must map ranks to process ids >= 1")
+
+
+def _check_class(klass: str) -> None:
+    _check(klass in ("", *CLASSES), f"klass must be CS, F, DC or empty, not {klass!r}")
+
+
 # --------------------------------------------------------------------------------------------------------
 # Shared records (nested inside messages; encoded as maps without an op)
 
@@ -200,7 +215,7 @@ class RankStats:
     def __post_init__(self) -> None:
         _check(self.state in ("active", "no-mpi", "foreign-mpi"), f"unknown rank state {self.state!r}")
         _check(self.wait_mode in ("poll", "spin-block"), f"unknown wait mode {self.wait_mode!r}")
-        _check(self.klass in ("", *CLASSES), f"unknown class {self.klass!r}")
+        _check_class(self.klass)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,7 +250,7 @@ class ProfileEntry:
     queued: float
 
     def __post_init__(self) -> None:
-        _check(self.klass in ("", *CLASSES), "klass must be CS, F, DC or empty")
+        _check_class(self.klass)
         _check(self.rank >= 0, "rank must be >= 0")
 
 
@@ -479,7 +494,7 @@ class NodeRegistered(Message):
     def __post_init__(self) -> None:
         _check(self.policy in POLICIES, f"unknown policy {self.policy!r}")
         _check(self.report_interval > 0, "report_interval must be positive")
-        _check(_numbered(self.rows, 0), "rows must map job ids to rows >= 0")
+        _check_rows(self.rows)
         _check(0 < self.slice <= 60, "slice must be in (0, 60] seconds")
         _check(0 <= self.heartbeat_port < 65536, "heartbeat_port must be a port number")
 
@@ -542,7 +557,7 @@ class JobRows(Message):
     rows: dict[str, int]
 
     def __post_init__(self) -> None:
-        _check(_numbered(self.rows, 0), "rows must map job ids to rows >= 0")
+        _check_rows(self.rows)
 
 
 @message("reregister")
@@ -607,7 +622,7 @@ class JobLaunched(Message):
     pids: dict[str, int]
 
     def __post_init__(self) -> None:
-        _check(_numbered(self.pids, 1), "pids must map ranks to process ids >= 1")
+        _check_pids(self.pids)
 
 
 @message("job_node_done")
@@ -693,7 +708,7 @@ class RanksStarted(Message):
     pids: dict[str, int]
 
     def __post_init__(self) -> None:
-        _check(_numbered(self.pids, 1), "pids must map ranks to process ids >= 1")
+        _check_pids(self.pids)
 
 
 @message("rank_aborted")
