@@ -42,6 +42,15 @@ def monitor_of(seg: HookSegment) -> tuple[Monitor, FakeCpu]:
     return monitor, cpu
 
 
+def entered_mpi(seg: HookSegment, index: int) -> tuple[Monitor, FakeCpu]:
+    """A monitor whose rank ``index`` entered MPI with no CPU time used: its baseline is taken."""
+    monitor, cpu = monitor_of(seg)
+    cpu.cpu[100 + index] = 0
+    hook_writes(seg, index, events=0, comm=0)
+    monitor.sample()
+    return monitor, cpu
+
+
 def test_measurements_start_when_a_rank_enters_mpi(segment: HookSegment) -> None:
     monitor, cpu = monitor_of(segment)
     cpu.cpu[100] = 300 * MS  # start-up before MPI: not the job's computation
@@ -61,10 +70,7 @@ def test_measurements_start_when_a_rank_enters_mpi(segment: HookSegment) -> None
 
 
 def test_spin_blocked_time_was_not_on_the_cpu(segment: HookSegment) -> None:
-    monitor, cpu = monitor_of(segment)
-    cpu.cpu[101] = 0
-    hook_writes(segment, 1, events=0, comm=0)
-    monitor.sample()
+    monitor, cpu = entered_mpi(segment, 1)
     monitor.set_wait(5, 1, spin_block=True)
     assert segment.wait_mode(1) == (WAIT_SPINBLOCK, monitor.spin_ns)
     cpu.cpu[101] = 50 * 2 * MS + 50 * 100_000  # 2 ms of work and 0.1 ms of spinning per step
@@ -77,10 +83,7 @@ def test_spin_blocked_time_was_not_on_the_cpu(segment: HookSegment) -> None:
 
 
 def test_a_stop_inside_a_blocking_call_is_not_waiting(segment: HookSegment) -> None:
-    monitor, cpu = monitor_of(segment)
-    cpu.cpu[100] = 0
-    hook_writes(segment, 0, events=0, comm=0)
-    monitor.sample()
+    monitor, cpu = entered_mpi(segment, 0)
     hook_writes(segment, 0, events=10, comm=10 * MS, in_call=True)  # waiting when its slice ends
     monitor.sample()
     job = monitor.jobs[5]
@@ -106,10 +109,7 @@ def test_whether_a_stop_fell_inside_a_call_is_read_while_the_rank_is_stopped(
     segment: HookSegment, in_call_at_stop: bool
 ) -> None:
     """The sample before a stop may predate a call entered (or left) just before the signal."""
-    monitor, cpu = monitor_of(segment)
-    cpu.cpu[100] = 0
-    hook_writes(segment, 0, events=0, comm=0)
-    monitor.sample()
+    monitor, _ = entered_mpi(segment, 0)
     hook_writes(segment, 0, events=10, comm=10 * MS, in_call=not in_call_at_stop)  # the slot's last sample
     monitor.sample()
     monitor.switched(5, 0, running=False)
