@@ -93,7 +93,9 @@ class ContextSwitcher:
         for unit in self._of(job_id):
             unit.pid = pids.get(unit.rank, 0)
             unit.running = True  # a new process runs, whatever was decided for it before it existed
-        self._apply({k: d for k, d in self.decide(self.active).items() if k[0] == job_id})
+        # All decisions, not only the job's: whether its ranks yield on a PE depends on whether another
+        # job's F process has priority there. The other ranks' decisions are unchanged: no signals.
+        self._apply(self.decide(self.active))
 
     def rank_gone(self, job_id: int, rank: int) -> None:
         """A rank ended: never signal its process group again (its number may be reused)."""
