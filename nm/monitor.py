@@ -1,6 +1,6 @@
 """What the node manager knows of each rank's communication: FCS's measurements (Table 1 of the paper).
 
-Per rank, since its last reset (a class change or the age expiry of FCS; the job's start until then):
+Per rank, since its last reset (a class change or the age expiry of FCS; its first MPI call until then):
 
 - T_comm: time waiting in blocking MPI calls, and C_comm: communication events (mpihook counts calls with
   computation before them, so back-to-back calls count once);
@@ -13,7 +13,8 @@ hook measures wall time): the NM, which does the stopping, takes that time out a
 taken whenever a process is running", section 2.3 of the paper).
 
 Records are read for every job at every time slice with one pread per job (mpihook/stats.py); the kernel's
-CPU time is read only when a measurement is wanted (a report, a classification).
+CPU time is read only when a measurement starts or is wanted (a rank's first MPI call, a reset, a report, a
+classification), and at every slice for the profile with ``[nm] profile`` (nm/profile.py).
 """
 
 from __future__ import annotations
