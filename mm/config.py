@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storm.mm.protocol import MAX_NODE_MESSAGE, FcsParameters
+from storm.mm.protocol import MAX_NODE_MESSAGE, FcsParameters, ProtocolError
 
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
 POLICIES = ("batch", "gang", "sb", "fcs")
@@ -210,6 +210,10 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError("fcs: need 0 < f_thresh <= cs_thresh < dc_thresh, cslots_min >= 1, tslots_max >= 1")
     if not 0 <= fcs.spin_us <= 1e6:
         raise ConfigError("fcs.spin_us must be between 0 and 1000000")
+    try:  # the rest (f_priority) as the nodes will check it, rather than a traceback at start-up
+        config.fcs_parameters()
+    except ProtocolError as exc:
+        raise ConfigError(f"fcs: {exc}") from None
     if config.mm.node_timeout <= 0 or config.mm.kill_timeout <= 0:
         raise ConfigError("mm.node_timeout and mm.kill_timeout must be positive")
     if config.mm.max_requeues < 0:
