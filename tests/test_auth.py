@@ -16,12 +16,10 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,6 +49,7 @@ from storm.tools import cli
 from storm.tools.client import Client, ClientError
 from storm.tools.local_cluster import LocalCluster
 from tests.conftest import JOB_TIMEOUT, poll
+from tests.test_cluster_input import standalone_nm
 from tests.test_core import T0, reg, state, submit
 
 # ---------------------------------------------------------------------------------------------- key files
@@ -305,23 +304,6 @@ def log_has(path: Path, pattern: str) -> Callable[[], bool]:
     return lambda: path.exists() and re.search(pattern, path.read_text(errors="replace")) is not None
 
 
-@contextmanager
-def node_manager(name: str, mm: str, work: Path, *options: str) -> Iterator[Path]:
-    """A storm-nm of the test's own (not the cluster's): yields its log file."""
-    log = work / f"{name}.log"
-    argv = [
-        sys.executable, "-m", "storm.nm.main", "--name", name, "--mm", mm, "--run-dir", str(work / name),
-        "--pes", "1", "--realtime", "false", "--kill-grace", "1", *options,
-    ]  # fmt: skip
-    with open(log, "ab") as out:
-        nm = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
-    try:
-        yield log
-    finally:
-        nm.send_signal(signal.SIGTERM)
-        nm.wait(timeout=30)
-
-
 def node_states(cluster: LocalCluster) -> dict[str, str]:
     with cluster.client() as client:
         return {n.name: n.state for n in client.nodes()}
@@ -336,9 +318,10 @@ def test_a_node_manager_with_an_unknown_key_is_refused_and_never_up(
     intruder = read_keypair(write_keypair(tmp_path, "intruder")[1])
     mm_key = str(cluster.key_dir / "mm.key")
     keyed = ("--key", str(tmp_path / "intruder.key_secret"), "--mm-key", mm_key)
+    intruder_log, plain_log = tmp_path / "intruder.log", tmp_path / "plain.log"
     with (
-        node_manager("intruder", cluster.node_endpoint, tmp_path, *keyed) as intruder_log,
-        node_manager("plain", cluster.node_endpoint, tmp_path) as plain_log,  # no keys at all
+        standalone_nm(cluster.node_endpoint, tmp_path / "intruder", *keyed, name="intruder"),
+        standalone_nm(cluster.node_endpoint, tmp_path / "plain", name="plain"),  # no keys at all
     ):
         key, where = re.escape(intruder.public.decode()), re.escape(str(cluster.key_dir / "nodes"))
         refused = rf"WARNING refused a node connection from 127\.0\.0\.1: public key {key} is not in {where}"

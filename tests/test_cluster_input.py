@@ -214,13 +214,16 @@ def submitted(client: Client, cwd: Path, ids: list[int]) -> bool:
 
 
 @contextlib.contextmanager
-def standalone_nm(mm: str, run_dir: Path, *options: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A storm-nm named n1 talking to ``mm`` (a fake MM the test plays), logging to run_dir/../nm.log."""
+def standalone_nm(
+    mm: str, run_dir: Path, *options: str, name: str = "n1"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A storm-nm of the test's own (not a cluster's) talking to ``mm`` (the cluster's, or a fake MM the test
+    plays), logging to ``run_dir`` + ".log"."""
     argv = [
-        sys.executable, "-m", "storm.nm.main", "--name", "n1", "--mm", mm, "--run-dir", str(run_dir),
+        sys.executable, "-m", "storm.nm.main", "--name", name, "--mm", mm, "--run-dir", str(run_dir),
         "--pes", "1", "--realtime", "false", "--log-level", "debug", *options,
     ]  # fmt: skip
-    with open(run_dir.parent / "nm.log", "ab") as log:
+    with open(run_dir.with_suffix(".log"), "ab") as log:
         nm = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     try:
         yield nm
