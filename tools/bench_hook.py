@@ -41,13 +41,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from storm import mpihook
 from storm.mpihook.stats import WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters, segment_name
 from storm.tools import apps
+from storm.tools.local_cluster import wait_for
 
 BIN = Path(sys.executable).parent
 APPS = Path(apps.__file__).parent
@@ -258,14 +259,6 @@ def check(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess
             f"{' '.join(done.args)} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}"
         )
     return done
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.005)
 
 
 # ------------------------------------------------------------------------------------------------ accuracy
@@ -485,7 +478,7 @@ def running_pingpong(
                 raise RuntimeError(f"pingpong ended early: {proc.communicate()}")
             return all(r is not None and r.active and r.calls > 100 for r in records)
 
-        wait_until(started, 30.0, "pingpong's ranks to communicate")
+        wait_for(started, 30.0, "pingpong's ranks to communicate", interval=0.005)
         records = segment.read_all()
         pids = [r.pid for r in records if r is not None]
         yield proc, pids[0], pids[1]
@@ -516,7 +509,9 @@ def switch(segment: HookSegment, mode: int, spin_ns: int = SPIN_NS) -> None:
     counts itself, so the first call counted after the change may have read the old mode, the second not."""
     set_mode(segment, mode, spin_ns)
     calls = counters(segment, 1).calls
-    wait_until(lambda: counters(segment, 1).calls >= calls + 2, 10.0, "rank 1 to make new calls")
+    wait_for(
+        lambda: counters(segment, 1).calls >= calls + 2, 10.0, "rank 1 to make new calls", interval=0.005
+    )
 
 
 def hold(segment: HookSegment, pid: int, label: str, seconds: float) -> Hold:
@@ -545,8 +540,11 @@ def stopped_peer(pingpong: Path, hook: Path, op: str = "sendrecv", seconds: floa
         for mode, label in ((WAIT_POLL, "poll"), (WAIT_SPINBLOCK, "spin-block")):
             switch(segment, mode)
             os.kill(pid0, signal.SIGSTOP)
-            wait_until(
-                lambda: process_state(pid0) == "T" and counters(segment, 1).in_call, 5.0, "rank 0 to stop"
+            wait_for(
+                lambda: process_state(pid0) == "T" and counters(segment, 1).in_call,
+                5.0,
+                "rank 0 to stop",
+                interval=0.005,
             )
             before = counters(segment, 1)
             time.sleep(0.05)  # rank 1 through its spin phase
@@ -559,10 +557,11 @@ def stopped_peer(pingpong: Path, hook: Path, op: str = "sendrecv", seconds: floa
             os.kill(pid0, signal.SIGCONT)
             # The stalled call has returned once its time is in comm_ns (a later call may have begun sooner).
             stalled = int(0.9 * sum(h.seconds for h in phase) * 1e9)
-            wait_until(
+            wait_for(
                 lambda: counters(segment, 1).comm_ns - before.comm_ns >= stalled,  # noqa: B023
                 10.0,
                 "rank 1's wait to end",
+                interval=0.005,
             )
             after = counters(segment, 1)
             for h in phase:
