@@ -147,10 +147,6 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send_raw(self, data: bytes) -> None:
-        """For tests: send bytes that need not be a valid message."""
-        self._sock.send(data)
-
     def receive(self, timeout: float | None = None) -> p.Message:
         wait = self.timeout if timeout is None else timeout
         poller = zmq.Poller()

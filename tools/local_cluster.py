@@ -272,11 +272,6 @@ class LocalCluster:
         if wait:
             wait_for(registered, START_TIMEOUT, f"{new.name} to register", interval=0.02)
 
-    def restart_nm(self, index: int, sig: int = signal.SIGKILL, *, wait: bool = False) -> None:
-        """Stop one node manager with ``sig`` (SIGKILL by default) and start it again with the same name."""
-        self.kill_nm(index, sig)
-        self.revive_nm(index, wait=wait)
-
     def wait_nodes_up(self, names: list[str], timeout: float = START_TIMEOUT) -> None:
         with self.client(timeout=5) as client:
 
