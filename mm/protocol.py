@@ -4,14 +4,16 @@ Transport: ZeroMQ frames, each message one msgpack map ``{"op": <name>, <field>:
 
 Links and who speaks on them:
 
-- client (``storm`` CLI, benchmarks) -> storm-mm: DEALER -> ROUTER on a local ``ipc://`` endpoint; the MM
-  learns the client's uid from the kernel (SO_PEERCRED), never from the message. Requests carry ``req``,
-  which the reply echoes. Any request may be answered with ``error``.
-- storm-nm <-> storm-mm: DEALER -> ROUTER over TCP. Node reports that must not be lost (``job_launched``,
-  ``job_node_done``) are re-sent until the MM acknowledges them, so every handler is idempotent.
+- client (``storm`` CLI, benchmarks) -> storm-mm: DEALER -> ROUTER on a local ``ipc://`` endpoint, where the
+  MM learns the client's uid from the kernel (SO_PEERCRED), or over TCP with CURVE (``[mm]
+  client_tcp_endpoint``), where the client's key names its user (mm/auth.py); never from the message.
+  Requests carry ``req``, which the reply echoes. Any request may be answered with ``error``.
+- storm-nm <-> storm-mm: DEALER -> ROUTER over TCP. A node's final report on a job (``job_node_done``) is
+  re-sent until the MM acknowledges it, and a lost ``job_launched`` is made up for by the next
+  ``node_status``, so every handler is idempotent.
 - storm-mm -> every storm-nm: ``heartbeat`` on a PUB socket (TCP), one single-frame message per time slice
-  under gang scheduling, naming the row of the Ousterhout matrix that runs now. NMs act only on a newer
-  ``seq`` of the same ``epoch`` and fall back to running everything when heartbeats stop.
+  under gang scheduling and FCS, naming the row of the Ousterhout matrix that runs now. NMs act only on a
+  newer ``seq`` of the same ``epoch`` and fall back to running everything when heartbeats stop.
 - job shell <-> storm-nm: DEALER -> ROUTER on an ``ipc://`` endpoint in the NM's run directory. The shell is
   the per-job, per-node process that spawns the ranks and serves their PMI wire-up (see nm/shell.py).
 
