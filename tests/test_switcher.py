@@ -140,3 +140,16 @@ def test_the_kernel_takes_a_sessions_nice() -> None:
             assert f.read().split()[-1] == "7"
     finally:
         child.communicate(b"")
+
+
+def test_a_job_starting_beside_an_f_process_with_priority_yields_at_once() -> None:
+    """Job 2's rank starts on PE 0 during job 1's slot, where job 1's F process has priority: it must get the
+    background nice when it starts, not at the next heartbeat."""
+    switcher, fake, _ = node("fcs")
+    switcher.started(1, {0: 100})
+    switcher.classes[(1, 0)] = Klass.F
+    switcher.classes[(2, 0)] = Klass.DC
+    run(switcher, fake, 0)
+    switcher.started(2, {0: 200})
+    assert fake.nice == {200: BACKGROUND_NICE} and fake.group_nice == {200: BACKGROUND_NICE}
+    assert 200 not in fake.stopped
