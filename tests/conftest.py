@@ -61,6 +61,11 @@ def open_fds() -> set[int]:
     return {int(fd) for fd in os.listdir("/proc/self/fd")}
 
 
+def fd_count(pid: int) -> int:
+    """How many files another process (a daemon) has open."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def describe_fd(fd: int) -> str:
     try:
         return os.readlink(f"/proc/self/fd/{fd}")

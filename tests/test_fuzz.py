@@ -23,7 +23,6 @@ import copy
 import dataclasses
 import json
 import math
-import os
 import random
 import socket
 import time
@@ -41,7 +40,7 @@ from hypothesis import strategies as st
 
 from storm.mm import protocol as p
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, python_app, storm_cli
+from tests.conftest import JOB_TIMEOUT, fd_count, poll, python_app, storm_cli
 from tests.test_cluster_input import fake_mm, node_dealer, standalone_nm
 from tests.test_protocol import CHANGE, EXAMPLES, JOB_INFO, NODE_INFO, PROFILE, RANK_STATS
 
@@ -316,10 +315,6 @@ def dealer(endpoint: str, identity: bytes = b"") -> zmq.Socket[bytes]:
     sock.setsockopt(zmq.RCVTIMEO, REPLY_TIMEOUT_MS)
     sock.connect(endpoint)
     return sock
-
-
-def fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def client_examples(work: Path) -> dict[str, p.Message]:

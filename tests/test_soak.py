@@ -23,7 +23,7 @@ import pytest
 from storm.mm import protocol as p
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, live_descendants, poll, shm_entries
+from tests.conftest import JOB_TIMEOUT, fd_count, live_descendants, poll, shm_entries
 
 pytestmark = pytest.mark.slow
 
@@ -63,10 +63,6 @@ KINDS = [
     Kind("cancel running", 8, ("sleep", "30"), "CANCELLED", None, cancel="running"),
     Kind("timeout", 2, ("sleep", "30"), "TIMEOUT", None, time_limit=0.5),
 ]
-
-
-def fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 Snapshot = dict[str, Any]
