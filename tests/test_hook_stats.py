@@ -29,8 +29,12 @@ def segment() -> Iterator[HookSegment]:
 
 
 def write_record(seg: HookSegment, index: int, seq: int, seq_end: int, events: int) -> None:
-    """Write a record as a hook would (or a torn one), through the segment's name."""
-    fields = (seq, 4242, index, 1, 0, events * 2, events, events * 1000, 5, 6, 0, 0, seq_end)
+    """Write a record as a hook would (or a torn one)."""
+    write_fields(seg, index, (seq, 4242, index, 1, 0, events * 2, events, events * 1000, 5, 6, 0, 0, seq_end))
+
+
+def write_fields(seg: HookSegment, index: int, fields: tuple[int, ...]) -> None:
+    """Write rank ``index``'s record, field by field, through the segment's name (as another process)."""
     fd = os.open(f"/dev/shm{seg.name}", os.O_RDWR)
     try:
         os.pwrite(fd, STATS.pack(*fields), HEADER.size + index * RECORD_SIZE)

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from storm.mpihook.stats import HEADER, RECORD_SIZE, STATS, WAIT_SPINBLOCK, HookSegment
+from storm.mpihook.stats import WAIT_SPINBLOCK, HookSegment
 from storm.nm.monitor import Monitor
+from tests.test_hook_stats import write_fields
 
 MS = 1_000_000  # nanoseconds
 
@@ -27,11 +28,7 @@ def hook_writes(
 ) -> None:
     """Write a record as the rank's hook would (consistent: seq == seq_end)."""
     fields = (events, 100 + index, index, 1, int(in_call), events, events, comm, 0, 0, 0, block, events)
-    fd = os.open(f"/dev/shm{seg.name}", os.O_RDWR)
-    try:
-        os.pwrite(fd, STATS.pack(*fields), HEADER.size + index * RECORD_SIZE)
-    finally:
-        os.close(fd)
+    write_fields(seg, index, fields)
 
 
 def monitor_of(seg: HookSegment) -> tuple[Monitor, FakeCpu]:
