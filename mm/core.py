@@ -110,6 +110,10 @@ class Controller(Runs):
 
     # ---------------------------------------------------------------------------------------------- clients
 
+    def job(self, job_id: int) -> Job | None:
+        """A job wherever it is: queued, placed, or (ended) in the store."""
+        return self.pending.get(job_id) or self.active.get(job_id) or self.store.get_job(job_id)
+
     def submit(self, spec: JobSpec, now: float) -> Job:
         total = self.matrix.total_pes()
         if total == 0:
@@ -128,7 +132,7 @@ class Controller(Runs):
     def cancel(self, job_ids: tuple[int, ...], uid: int, user: str, now: float) -> dict[str, str]:
         results: dict[str, str] = {}
         for job_id in job_ids:
-            job = self.pending.get(job_id) or self.active.get(job_id) or self.store.get_job(job_id)
+            job = self.job(job_id)
             if job is None:
                 results[str(job_id)] = "unknown job"
             elif not may_manage(uid, user, job.spec.uid, self.config.operators):
@@ -151,7 +155,7 @@ class Controller(Runs):
         """Jobs by id, or the active ones (all with ``everything``); ``now`` updates suspended times."""
         live = {**self.pending, **self.active}
         if job_ids:
-            jobs = [live.get(i) or self.store.get_job(i) for i in job_ids]
+            jobs = [self.job(i) for i in job_ids]
             found = [j for j in jobs if j is not None]
         elif everything:
             found = [live.get(j.id, j) for j in self.store.jobs()]
@@ -399,7 +403,7 @@ class Controller(Runs):
         return None
 
     def stats_view(self, job_id: int, now: float) -> StatsView:
-        job = self.active.get(job_id) or self.pending.get(job_id) or self.store.get_job(job_id)
+        job = self.job(job_id)
         if job is None:
             raise Rejected("unknown_job", f"no job {job_id}")
         return self.reports.view(job, now)
@@ -448,7 +452,7 @@ class Controller(Runs):
         current (or last) run on it, of an earlier run of a requeued job it has not confirmed gone
         (``stale``), or of a requeued job's last run whose reports may still be on their way (``echoes``).
         """
-        job = self.active.get(job_id) or self.pending.get(job_id) or self.store.get_job(job_id)
+        job = self.job(job_id)
         node = self.registry.get(node_name)
         if (
             (job is not None and node_name in job.nodes)
