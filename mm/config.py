@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storm.mm.protocol import MAX_NODE_MESSAGE, FcsParameters, ProtocolError
+from storm.mm.protocol import MAX_NODE_MESSAGE, POLICIES, FcsParameters, ProtocolError
 
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
-POLICIES = ("batch", "gang", "sb", "fcs")
 
 
 class ConfigError(ValueError):
