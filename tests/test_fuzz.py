@@ -42,7 +42,7 @@ from storm.mm import protocol as p
 from storm.tools.local_cluster import LocalCluster
 from tests.conftest import JOB_TIMEOUT, fd_count, poll, python_app, storm_cli
 from tests.test_cluster_input import fake_mm, node_dealer, standalone_nm
-from tests.test_protocol import CHANGE, EXAMPLES, JOB_INFO, NODE_INFO, PROFILE, RANK_STATS
+from tests.test_protocol import CHANGE, EXAMPLES, JOB_INFO, NODE_INFO, PROFILE, RANK_STATS, pack
 
 OPS = sorted(p.registered_ops())
 HINTS = {cls: typing.get_type_hints(cls) for cls in p.registered_ops().values()}
@@ -196,11 +196,6 @@ def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
     if kind == "append":
         return data + rng.randbytes(rng.randint(1, 16))
     return rng.randbytes(rng.randrange(64))
-
-
-def pack(body: Any) -> bytes:
-    data: bytes = msgpack.packb(body, use_bin_type=True)
-    return data
 
 
 def mutated(msg: p.Message, rng: random.Random) -> bytes:

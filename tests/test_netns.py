@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from storm.tools.client import Client
 from tests import netns
 from tests.conftest import JOB_TIMEOUT, poll, python_app
 from tests.netns import Lab, NetnsCluster
+from tests.test_cluster_nodes import node_states
 
 pytestmark = pytest.mark.slow
 
@@ -55,10 +55,6 @@ def lab_cluster(tmp_path: Path) -> Iterator[tuple[NetnsCluster, Lab]]:
         lab.down()
 
 
-def states(client: Client) -> dict[str, str]:
-    return {n.name: n.state for n in client.nodes()}
-
-
 def peers(lab: Lab, host: str) -> set[str]:
     """Remote addresses of the host's established TCP connections."""
     table = lab.run(host, "ss", "-Htn", "state", "established")
@@ -77,7 +73,7 @@ def test_mpi_across_namespaces_and_a_cut_link(lab_cluster: tuple[NetnsCluster, L
     # Every node manager reached the MM from its own address.
     assert set(addresses.values()) <= peers(lab, "mm")
     with cluster.client() as client:
-        assert states(client) == dict.fromkeys(NODES, "UP")
+        assert node_states(client) == dict.fromkeys(NODES, "UP")
 
         # An MPI job across the three hosts, its ranks talking TCP host to host.
         job = client.submit(bsp("--iterations", "300"), 3, cwd=str(tmp_path), env=env, time_limit=120.0)
@@ -98,13 +94,13 @@ def test_mpi_across_namespaces_and_a_cut_link(lab_cluster: tuple[NetnsCluster, L
         # Cut node1 off: DOWN after the node timeout (not before), and its job ends NODE_FAIL.
         cut = time.monotonic()
         lab.cut("node1")
-        poll(lambda: states(client)["node1"] == "DOWN", NODE_TIMEOUT + 10, "node1 to be DOWN")
+        poll(lambda: node_states(client)["node1"] == "DOWN", NODE_TIMEOUT + 10, "node1 to be DOWN")
         after = time.monotonic() - cut
         assert NODE_TIMEOUT / 2 < after < NODE_TIMEOUT + 1.5, f"DOWN {after:.2f} s after the cut"
         ended = client.wait(job, timeout=JOB_TIMEOUT)
         assert ended.state == "NODE_FAIL"
         assert ended.reason.startswith("node node1 DOWN: no report for"), ended.reason
-        assert states(client) == {"node0": "UP", "node1": "DOWN", "node2": "UP"}
+        assert node_states(client) == {"node0": "UP", "node1": "DOWN", "node2": "UP"}
 
         # Restored, node1 learns its job is over, stops its rank, rejoins, and runs MPI again.
         lab.restore("node1")
