@@ -301,3 +301,8 @@ def test_the_example_configuration_names_every_setting_with_its_default() -> Non
     # Where the example differs from the built-in defaults, it is on purpose (a cluster, not a laptop).
     assert loaded.fcs == c.FcsConfig() and loaded.mm.slice == MMConfig().slice
     assert (loaded.cluster.name, loaded.nm.mm) == ("cluster", "tcp://mm-host:6817")
+
+
+def test_a_bad_f_priority_is_a_config_error_not_a_crash(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^fcs: .*f_priority"):
+        load(write(tmp_path, '[fcs]\nf_priority = "sometimes"\n'))
