@@ -91,6 +91,12 @@ class NMConfig:
     trace: str = ""
     # Profile where each rank's time goes, per class (a /proc read per rank per slice): storm stats --profile.
     profile: bool = False
+    # Preload mpihook into ranks (false: no job on this node gets it, as with storm submit --no-hook).
+    hook: bool = True
+    # The machine this NM runs on: node managers of one host give a job's ranks shared memory between them
+    # (MPI sees one node). Empty: this kernel's boot id and host name. Give NMs of one machine different
+    # values to make their ranks talk over the network instead (as a test of the network path would).
+    host: str = ""
     # CURVE: this node's key pair (NAME.key_secret) and the MM's public key (mm.key); both or neither.
     key: str = ""
     mm_key: str = ""
@@ -119,6 +125,17 @@ class StormConfig:
 
     def node_name(self) -> str:
         return self.nm.name or socket.gethostname().split(".")[0]
+
+    def node_host(self) -> str:
+        """[nm] host, or what tells this machine from others: processes that share a kernel (its boot id)
+        and a host name share /dev/shm, which MPICH's shared memory needs (containers get their own)."""
+        if self.nm.host:
+            return self.nm.host
+        try:
+            boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            boot_id = ""
+        return f"{socket.gethostname()}/{boot_id}"
 
     def fcs_parameters(self) -> FcsParameters:
         fcs = self.fcs

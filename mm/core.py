@@ -80,15 +80,17 @@ class Controller(Runs):
             self.matrix.add_node(node.name, node.pes)  # DOWN ones too: they may come back
         barriers = self.store.barriers()
         node_exits = self.store.node_exits()  # nodes that had finished their part of a running job
-        kvsnames = self.store.kvsnames()
+        wireups = self.store.wireups()
         for job in self.store.jobs(active_only=True):
             if job.state is JobState.PENDING:
                 self.pending[job.id] = job
                 continue
             self.active[job.id] = job
             launched = set(job.nodes) if job.state is JobState.RUNNING else set()
+            kvsname, hosts = wireups.get(job.id, ("", ()))
             track = self.tracking[job.id] = Tracking(
-                kvsname=kvsnames.get(job.id, ""),
+                kvsname=kvsname,
+                hosts=hosts,
                 launched=launched,
                 done=dict(node_exits.get(job.id, {})),
                 kill_time=now if job.ending else None,
@@ -97,7 +99,7 @@ class Controller(Runs):
             if job.state is JobState.STARTING and track.kvsname:  # none if placed by an older storm-mm
                 # A launch may have been lost with the old MM: `register` sends it again to a node that
                 # does not list the job (nodes that do are taken as launched).
-                track.launches = self._launches(job, track.kvsname)
+                track.launches = self._launches(job, track)
             self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
             if self.cycle is not None:
                 self.cycle.add(job.id, now, job.suspended_time)
@@ -251,7 +253,7 @@ class Controller(Runs):
     # ---------------------------------------------------------------------------------------------- nodes
 
     def register(self, msg: RegisterNode, now: float) -> NodeRegistered:
-        node = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now)
+        node = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now, host=msg.host)
         self.echoes.forget_node(msg.node)  # all it sent before registering has arrived
         try:
             self.matrix.add_node(msg.node, msg.pes)

@@ -387,6 +387,7 @@ class MachineManager:
                     output=msg.output or os.path.join(msg.cwd, "storm-%j.out"),
                     error=msg.error,
                     requeue=msg.requeue,
+                    hook=msg.hook,
                 )
                 job = self.core.submit(spec, now)
                 return p.JobSubmitted(req=msg.req, job_id=job.id)

@@ -74,6 +74,8 @@ class JobSpec:
     error: str
     # Run it again (back to PENDING) when a node under it fails, instead of ending it NODE_FAIL.
     requeue: bool = False
+    # Preload mpihook into the ranks (storm submit --no-hook: not).
+    hook: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +129,7 @@ class Job:
             suspended_time=self.suspended_time,
             requeue=self.spec.requeue,
             requeues=self.requeues,
+            hook=self.spec.hook,
         )
 
     def _path(self, pattern: str) -> str:

@@ -23,6 +23,7 @@ class Node:
     state: str
     last_seen: float
     address: str = ""
+    host: str = ""  # the machine it runs on (RegisterNode.host); "": a host of its own
     reason: str = ""
     nm_epoch: str = ""
     confirmed: bool = False
@@ -55,7 +56,9 @@ class NodeRegistry:
                 name=r.name, pes=r.pes, state=r.state, last_seen=now, address=r.address, reason=r.reason
             )
 
-    def register(self, name: str, pes: int, nm_epoch: str, address: str, now: float) -> Node:
+    def register(
+        self, name: str, pes: int, nm_epoch: str, address: str, now: float, *, host: str = ""
+    ) -> Node:
         node = self._nodes.get(name)
         if node is None:
             node = Node(name=name, pes=pes, state=UP, last_seen=now)
@@ -64,6 +67,7 @@ class NodeRegistry:
         node.state = UP
         node.reason = ""
         node.address = address
+        node.host = host
         node.nm_epoch = nm_epoch
         node.last_seen = now
         node.confirmed = True
@@ -94,6 +98,17 @@ class NodeRegistry:
 
     def all(self) -> list[Node]:
         return list(self._nodes.values())
+
+    def hosts(self, names: tuple[str, ...]) -> tuple[int, ...]:
+        """The host number of each node, numbered in order of first appearance: nodes that registered the
+        same host share a number, a node without one has a number of its own."""
+        numbers: dict[str, int] = {}
+        result = []
+        for name in names:
+            node = self._nodes.get(name)
+            key = f"host {node.host}" if node is not None and node.host else f"node {name}"
+            result.append(numbers.setdefault(key, len(numbers)))
+        return tuple(result)
 
     def usable(self) -> set[str]:
         return {n.name for n in self._nodes.values() if n.state == UP and n.confirmed and not n.stale}

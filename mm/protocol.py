@@ -47,6 +47,7 @@ JOB_STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLE
 POLICIES = ("batch", "gang", "sb", "fcs")
 CLASSES = ("CS", "F", "DC")
 NODE_STATES = ("UP", "DOWN")
+RANK_STATES = ("active", "no-mpi", "foreign-mpi", "no-hook")
 
 
 def _plain(*texts: str) -> bool:
@@ -64,6 +65,16 @@ def _numbered(mapping: dict[str, int], least: int) -> bool:
     return all(k.isascii() and k.isdigit() and len(k) <= 18 for k in mapping) and all(
         v >= least for v in mapping.values()
     )
+
+
+def _numbered_in_order(ids: tuple[int, ...]) -> bool:
+    """0, 1, 2, ... each new id one more than the largest before it (repeats allowed)."""
+    top = -1
+    for i in ids:
+        if not 0 <= i <= top + 1:
+            return False
+        top = max(top, i)
+    return True
 
 
 # Checks that several messages make, each written (and worded) once.
@@ -164,6 +175,8 @@ class JobInfo:
     # Submitted with --requeue, and how many times a node failure sent it back to the queue.
     requeue: bool = False
     requeues: int = 0
+    # Its ranks run mpihook (storm submit --no-hook: they do not, and FCS cannot measure them).
+    hook: bool = True
 
     def __post_init__(self) -> None:
         _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
@@ -194,7 +207,8 @@ class RankStats:
     """One rank's communication as mpihook measured it, since its last reset (FCS paper, Table 1).
 
     ``state``: ``active`` (measured), ``no-mpi`` (the rank has not entered MPI through the hook: not an MPI
-    program, or not started yet), ``foreign-mpi`` (an MPI other than MPICH's ABI: calls pass through).
+    program, or not started yet), ``foreign-mpi`` (an MPI other than MPICH's ABI: calls pass through),
+    ``no-hook`` (the job runs without mpihook: nothing is measured and its waits poll).
     """
 
     rank: int
@@ -215,7 +229,7 @@ class RankStats:
     tslots: int = 0
 
     def __post_init__(self) -> None:
-        _check(self.state in ("active", "no-mpi", "foreign-mpi"), f"unknown rank state {self.state!r}")
+        _check(self.state in RANK_STATES, f"unknown rank state {self.state!r}")
         _check(self.wait_mode in ("poll", "spin-block"), f"unknown wait mode {self.wait_mode!r}")
         _check_class(self.klass)
 
@@ -323,6 +337,8 @@ class SubmitJob(Request):
     uid: int | None = None
     gid: int | None = None
     user: str = ""
+    # Preload mpihook into the ranks (False: `storm submit --no-hook`; see the README for what is lost).
+    hook: bool = True
 
     def __post_init__(self) -> None:
         _check(self.ranks >= 1, "ranks must be at least 1")
@@ -462,6 +478,8 @@ class RegisterNode(Message):
     """Sent when an NM starts and whenever the MM it talks to has changed (a restart).
 
     ``jobs`` lists the jobs with ranks alive on this node, so that a restarted MM keeps tracking them.
+    ``host`` names the machine the NM runs on ([nm] host): the ranks of a job on nodes of one host share
+    memory, so MPI is told they are on one node ("" counts as a host of its own).
     """
 
     node: str
@@ -470,9 +488,11 @@ class RegisterNode(Message):
     address: str = ""
     version: int = PROTOCOL_VERSION
     jobs: tuple[int, ...] = ()
+    host: str = ""
 
     def __post_init__(self) -> None:
         _check(1 <= len(self.node) <= 64, "node name must be 1..64 characters")
+        _check(len(self.host) <= 256 and _plain(self.host), "host: at most 256 characters, no NUL")
         _check(1 <= self.pes <= 4096, "pes must be 1..4096")
 
 
@@ -576,7 +596,10 @@ class LaunchJob(Message):
     """Start this node's ranks of a job.
 
     Ranks are block-distributed: node i of the job holds ``ranks_per_node[i]`` consecutive ranks, and this
-    node is number ``node_index``. That is what MPI's wire-up needs to know which ranks share a node.
+    node is number ``node_index``. Node i runs on host ``hosts[i]`` (hosts numbered 0, 1, ... in order of
+    first appearance; empty: every node a host of its own). That is what MPI's wire-up needs to know which
+    ranks share memory: MPICH's "node" is the host, so node managers that share a machine (a local
+    cluster) give a job shared memory between their ranks, as mpiexec would.
     """
 
     job_id: int
@@ -595,6 +618,8 @@ class LaunchJob(Message):
     user: str
     output: str
     error: str
+    hosts: tuple[int, ...] = ()
+    hook: bool = True  # preload mpihook (storm submit --no-hook: not)
 
     def __post_init__(self) -> None:
         _check(self.size >= 1 and len(self.slots) >= 1, "a launch needs at least one rank")
@@ -605,6 +630,13 @@ class LaunchJob(Message):
         _check(self.ranks_per_node[self.node_index] == len(self.slots), "slots do not match ranks_per_node")
         _check(len({s.rank for s in self.slots}) == len(self.slots), "a rank appears twice in slots")
         _check(self.uid >= 0 and self.gid >= 0, "uid and gid must be >= 0")
+        hosts_fit = len(self.hosts) == len(self.ranks_per_node) and _numbered_in_order(self.hosts)
+        _check(not self.hosts or hosts_fit, "hosts must number each node's host 0, 1, ... in order")
+
+    @property
+    def mpi_node(self) -> int:
+        """This node's number in MPI's view (PMI_process_mapping): its host's."""
+        return self.hosts[self.node_index] if self.hosts else self.node_index
 
 
 @message("kill_job")

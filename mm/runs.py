@@ -44,6 +44,7 @@ class Tracking:
     restarted MM rebuilds a starting job's launches from the store, its kvsname included)."""
 
     kvsname: str = ""
+    hosts: tuple[int, ...] = ()  # each node's host, as its launches give them
     launched: set[str] = field(default_factory=set)
     # Nodes whose ranks of the job are gone, with their exits (empty for a node that was lost).
     done: dict[str, tuple[RankExit, ...]] = field(default_factory=dict)
@@ -117,19 +118,21 @@ class Runs:
         # Random per run: MPICH names a node's shared memory after it, so a requeued job's next run must not
         # meet segments its last one may still leave behind, nor a job of another store with the same id.
         # Stored with the placement (one commit) before any launch goes out: a restarted MM sends the same.
-        track = Tracking(kvsname=f"storm_{job.id}_{secrets.token_hex(4)}")
+        track = Tracking(
+            kvsname=f"storm_{job.id}_{secrets.token_hex(4)}", hosts=self.registry.hosts(job.nodes)
+        )
         with self.store.transaction():
             self.store.save_job(job)
-            self.store.save_kvsname(job.id, track.kvsname)
+            self.store.save_wireup(job.id, track.kvsname, track.hosts)
         self.active[job.id] = job
         self.tracking[job.id] = track
         if self.cycle is not None:
             self.cycle.add(job.id, now)
-        track.launches = self._launches(job, track.kvsname)
+        track.launches = self._launches(job, track)
         self.outbox.extend(track.launches.items())
         log.info("job %d started on %s", job.id, ",".join(job.nodes))
 
-    def _launches(self, job: Job, kvsname: str) -> dict[str, LaunchJob]:
+    def _launches(self, job: Job, track: Tracking) -> dict[str, LaunchJob]:
         """Each node's launch of a placed job, from what the store keeps: a restarted MM rebuilds them."""
         nodes = job.nodes
         counts = tuple(sum(1 for n, _ in job.placement if n == node) for node in nodes)
@@ -138,10 +141,10 @@ class Runs:
         for index, node in enumerate(nodes):
             slots = tuple(RankSlot(rank=r, pe=pe) for r, (n, pe) in enumerate(job.placement) if n == node)
             launches[node] = LaunchJob(
-                job_id=job.id, name=spec.name, kvsname=kvsname, size=spec.ranks, row=job.row or 0,
-                node_index=index,
-                ranks_per_node=counts, slots=slots, argv=spec.argv, cwd=spec.cwd, env=spec.env,
-                uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output, error=spec.error,
+                job_id=job.id, name=spec.name, kvsname=track.kvsname, size=spec.ranks, row=job.row or 0,
+                node_index=index, ranks_per_node=counts, hosts=track.hosts, slots=slots, argv=spec.argv,
+                cwd=spec.cwd, env=spec.env, uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output,
+                error=spec.error, hook=spec.hook,
             )  # fmt: skip
         return launches
 

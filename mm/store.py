@@ -21,7 +21,7 @@ import msgpack
 from storm.mm.jobs import Job, JobSpec, JobState
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # What turns a store of version N into version N + 1 (the schema below is always the newest).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -30,12 +30,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 3: a placed job's PMI name, so that a restarted MM can send a launch a node missed (jobs placed by an
     # older storm-mm have none: a node that missed theirs loses the job, as it did then).
     2: ("ALTER TABLE jobs ADD COLUMN kvsname TEXT NOT NULL DEFAULT ''",),
+    # 4: which of a placed job's nodes share a host (its launches tell MPI), for the same reason.
+    3: ("ALTER TABLE jobs ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",),
 }
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- kvsname: the PMI name of the job's current (or last) run. Its launches carry it and MPICH names its shared
 -- memory after it; it is random per run, so it is kept for a restarted MM to send a lost launch again.
+-- hosts: the host number of each of its nodes, as its launches give them (comma-separated; '': none).
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     state TEXT NOT NULL,
@@ -50,7 +53,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     ending TEXT,
     suspended_time REAL NOT NULL DEFAULT 0,
     requeues INTEGER NOT NULL DEFAULT 0,
-    kvsname TEXT NOT NULL DEFAULT ''
+    kvsname TEXT NOT NULL DEFAULT '',
+    hosts TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN ('PENDING', 'STARTING', 'RUNNING');
@@ -138,13 +142,14 @@ def _pack_spec(spec: JobSpec) -> bytes:
             "output": spec.output,
             "error": spec.error,
             "requeue": spec.requeue,
+            "hook": spec.hook,
         }
     )
     return packed
 
 
 def _unpack_spec(blob: bytes) -> JobSpec:
-    d = msgpack.unpackb(blob)  # fields added later (requeue) are absent from older jobs: their defaults hold
+    d = msgpack.unpackb(blob)  # fields added later (requeue, hook) are absent from older jobs: defaults hold
     d["argv"] = tuple(d["argv"])
     return JobSpec(**d)
 
@@ -288,19 +293,26 @@ class Store:
             if cur.rowcount != 1:
                 raise StoreError(f"job {job.id} is not in the store")
 
-    def save_kvsname(self, job_id: int, kvsname: str) -> None:
-        """The PMI name of the job's run that is starting (join the transaction that places the job)."""
+    def save_wireup(self, job_id: int, kvsname: str, hosts: tuple[int, ...] = ()) -> None:
+        """The PMI name of the job's run that is starting and the host of each of its nodes, as its launches
+        give them (join the transaction that places the job)."""
         with self.transaction():
-            cur = self._db.execute("UPDATE jobs SET kvsname = ? WHERE id = ?", (kvsname, job_id))
+            cur = self._db.execute(
+                "UPDATE jobs SET kvsname = ?, hosts = ? WHERE id = ?",
+                (kvsname, ",".join(map(str, hosts)), job_id),
+            )
             if cur.rowcount != 1:
                 raise StoreError(f"job {job_id} is not in the store")
 
-    def kvsnames(self) -> dict[int, str]:
-        """The PMI names of the placed jobs (STARTING or RUNNING) that have one."""
+    def wireups(self) -> dict[int, tuple[str, tuple[int, ...]]]:
+        """(PMI name, hosts) of the placed jobs (STARTING or RUNNING) that have a PMI name."""
         rows = self._db.execute(
-            "SELECT id, kvsname FROM jobs WHERE state IN ('STARTING', 'RUNNING') AND kvsname != ''"
+            "SELECT id, kvsname, hosts FROM jobs WHERE state IN ('STARTING', 'RUNNING') AND kvsname != ''"
         ).fetchall()
-        return {int(job_id): str(name) for job_id, name in rows}
+        return {
+            int(job_id): (str(name), tuple(int(h) for h in str(hosts).split(",") if h))
+            for job_id, name, hosts in rows
+        }
 
     def get_job(self, job_id: int) -> Job | None:
         query = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?"  # noqa: S608 (constant column list)

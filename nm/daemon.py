@@ -246,7 +246,7 @@ class NodeManager:
     def _job_stats(self, job_id: int) -> p.JobStats:
         """The job's ranks on this node: mpihook's measurements, and under FCS their classes."""
         ranks = []
-        for stats in self.monitor.stats(job_id):
+        for stats in self.monitor.stats(job_id) or self._unmeasured(job_id):
             key = (job_id, stats.rank)
             unit = self.switcher.units.get(key)
             extra: dict[str, object] = {"job_id": job_id, "pe": unit.pe if unit else 0}
@@ -257,6 +257,30 @@ class NodeManager:
         changes = self.classifier.take_changes(job_id)
         profile = self.profiler.entries(job_id) if self.profiler is not None else ()
         return p.JobStats(job_id=job_id, node=self.name, ranks=tuple(ranks), changes=changes, profile=profile)
+
+    def _unmeasured(self, job_id: int) -> list[p.RankStats]:
+        """The ranks of a job that runs without mpihook (storm submit --no-hook, [nm] hook = false)."""
+        job = self.jobs.get(job_id)
+        if job is None or job.hook_segment:
+            return []
+        unmeasured = []
+        for s in job.launch.slots:
+            pid = job.pids.get(s.rank, 0)
+            unmeasured.append(
+                p.RankStats(
+                    rank=s.rank,
+                    node=self.name,
+                    pid=pid,
+                    state="no-hook",
+                    t_cpu=0.0,
+                    t_comm=0.0,
+                    c_comm=0,
+                    granularity=None,
+                    calls=0,
+                    wait_mode="poll",
+                )
+            )
+        return unmeasured
 
     def _sample(self) -> None:
         """Read every rank's record at the end of a slice; profile it too, under the class it had then."""
@@ -344,6 +368,7 @@ class NodeManager:
                         pes=len(self.cpus),
                         nm_epoch=self.epoch,
                         address=socket.gethostname(),
+                        host=self.config.node_host(),
                         jobs=tuple(self.jobs),
                     )
                 )
@@ -364,7 +389,7 @@ class NodeManager:
                 for job in list(self.jobs.values()):
                     if job.done is not None:
                         await self._to_mm(job.done)
-                    elif job.launch.job_id in self.monitor.jobs:
+                    elif job.launch.job_id in self.monitor.jobs or (job.ranks_known and not job.hook_segment):
                         await self._to_mm(self._job_stats(job.launch.job_id))
                 interval = self.report_interval
             with contextlib.suppress(TimeoutError):

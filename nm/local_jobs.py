@@ -137,14 +137,11 @@ class LocalJobs:
             "node": self.node,
             "cpus": self.cpus,
         }
-        segment = self._hook_segment(msg)
-        if self.hook_library is not None:
-            # Every rank of a job runs the hook or none does: it turns blocking collectives into
-            # nonblocking ones, and MPICH never matches the two kinds. Without a segment it only passes
-            # calls through.
-            shell.update(
-                hook_library=str(self.hook_library), hook_segment="" if segment is None else segment.name
-            )
+        library = self._hook_library(msg)
+        segment = self._hook_segment(msg) if library is not None else None
+        if library is not None:
+            # Without a segment the hook only passes calls through (and still spin-blocks nothing).
+            shell.update(hook_library=str(library), hook_segment="" if segment is None else segment.name)
         job.hook_segment = "" if segment is None else segment.name
         try:
             job.shell_pid, job.shell_pidfd = self.os.start_shell(shell, uid=msg.uid, gid=msg.gid, log=log_fd)
@@ -161,17 +158,20 @@ class LocalJobs:
                 "shell_pid": job.shell_pid,
                 "shell_start": job.shell_start,
                 "kvsname": job.launch.kvsname,
-                "node_index": job.launch.node_index,
+                "mpi_node": job.launch.mpi_node,
                 "hook_segment": job.hook_segment,
                 "ranks": {str(rank): [pid, job.starts.get(rank)] for rank, pid in job.pids.items()},
                 "stopped_by_nm": job.stopped_by_nm,
             }
         )
 
+    def _hook_library(self, msg: p.LaunchJob) -> Path | None:
+        """mpihook for the job's ranks, unless the job (storm submit --no-hook) or the node ([nm] hook)
+        runs without it."""
+        return self.hook_library if msg.hook and self.config.hook else None
+
     def _hook_segment(self, msg: p.LaunchJob) -> HookSegment | None:
-        """The job's mpihook statistics segment, made before its ranks start; None without the hook."""
-        if self.hook_library is None:
-            return None
+        """The job's mpihook statistics segment, made before its ranks start."""
         try:
             name = segment_name(msg.job_id, msg.node_index)
             segment = HookSegment.create(name, msg.job_id, len(msg.slots), msg.uid, msg.gid)
@@ -265,7 +265,7 @@ class LocalJobs:
         self.switcher.remove(job.launch.job_id)
         self.monitor.remove(job.launch.job_id)
         self._signal_session(job, signal.SIGKILL, spare_shell=True)  # what the ranks left running
-        removed = self.os.remove_shm(mpich_shm_names(job.launch.kvsname, job.launch.node_index))
+        removed = self.os.remove_shm(mpich_shm_names(job.launch.kvsname, job.launch.mpi_node))
         if removed:
             log.info("job %d: removed shared memory left behind: %s", job.launch.job_id, ", ".join(removed))
         profile = self.profiler.entries(job.launch.job_id) if self.profiler is not None else ()
@@ -415,7 +415,11 @@ class LocalJobs:
                     for pid in victims:
                         self.os.signal(pid, signal.SIGKILL)
                     log.warning("job %s: killed %d process(es) it left", jobdir.path.name, len(victims))
-                kvsname, index = str(record["kvsname"]), _int(record["node_index"])
+                # "node_index": what a storm-nm from before hosts were known wrote (then the same number)
+                kvsname, index = (
+                    str(record["kvsname"]),
+                    _int(record.get("mpi_node", record.get("node_index"))),
+                )
                 leftovers = list(mpich_shm_names(kvsname, index))
                 if record.get("hook_segment"):
                     leftovers.append(str(record["hook_segment"]).lstrip("/"))

@@ -119,22 +119,35 @@ def format_line(fields: Mapping[str, str | int]) -> str:
     return line
 
 
-def process_mapping(ranks_per_node: Sequence[int]) -> str:
-    """MPICH's ``PMI_process_mapping`` for a block distribution: node i holds ranks_per_node[i] ranks.
+def process_mapping(ranks_per_node: Sequence[int], hosts: Sequence[int] = ()) -> str:
+    """MPICH's ``PMI_process_mapping`` for a block distribution: node i holds ranks_per_node[i] ranks, on
+    host ``hosts[i]`` (default: host i). MPI's "node" is the host: ranks there share memory.
 
-    One ``(first_node,node_count,ranks_per_node)`` tuple per run of nodes with equal counts, e.g.
-    ``[2, 2, 1]`` -> ``(vector,(0,2,2),(2,1,1))``.
+    One ``(first_node,node_count,ranks_per_node)`` tuple per run of consecutive hosts with equal counts,
+    e.g. ``[2, 2, 1]`` -> ``(vector,(0,2,2),(2,1,1))``; a host may come back (Slurm writes a cyclic
+    distribution so), and consecutive nodes of one host are one run: ``[1, 1]`` on hosts ``[0, 0]`` ->
+    ``(vector,(0,1,2))``.
     """
     if not ranks_per_node:
         raise ValueError("no nodes")
-    runs: list[list[int]] = []
+    if hosts and len(hosts) != len(ranks_per_node):
+        raise ValueError(f"{len(hosts)} hosts for {len(ranks_per_node)} nodes")
+    blocks: list[list[int]] = []  # [host, ranks], consecutive nodes of one host merged
     for node, count in enumerate(ranks_per_node):
         if count < 1:
             raise ValueError(f"node {node} has {count} ranks")
-        if runs and runs[-1][2] == count:
-            runs[-1][1] += 1
+        host = hosts[node] if hosts else node
+        if blocks and blocks[-1][0] == host:
+            blocks[-1][1] += count
         else:
-            runs.append([node, 1, count])
+            blocks.append([host, count])
+    runs: list[list[int]] = []  # [first host, hosts, ranks each]
+    for host, count in blocks:
+        last = runs[-1] if runs else None
+        if last is not None and last[2] == count and last[0] + last[1] == host:
+            last[1] += 1
+        else:
+            runs.append([host, 1, count])
     return "(vector," + ",".join(f"({a},{b},{c})" for a, b, c in runs) + ")"
 
 

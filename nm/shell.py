@@ -112,7 +112,7 @@ class Shell:
             kvsname=launch.kvsname,
             size=launch.size,
             local_ranks=list(self.ranks),
-            process_mapping=process_mapping(launch.ranks_per_node),
+            process_mapping=process_mapping(launch.ranks_per_node, launch.hosts),
         )
         self.ctx = zmq.asyncio.Context()
         self.nm = self.ctx.socket(zmq.DEALER)

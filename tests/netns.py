@@ -164,6 +164,9 @@ class NetnsCluster(LocalCluster):
     LocalCluster starts every daemon through ``_spawn`` and names them ``storm-mm`` and ``storm-nm NODE``;
     this only prefixes the command with the host's namespace. The MM's node and heartbeat endpoints are
     bound on its own address, and node managers connect there (LocalCluster passes the MM's real endpoint).
+    Each node manager names its namespace as its host ([nm] host): they share this machine's kernel and
+    /dev/shm, and storm would otherwise tell MPI that their ranks share memory, which is not what a test of
+    the network path wants.
     """
 
     lab: Lab | None = None
@@ -171,4 +174,6 @@ class NetnsCluster(LocalCluster):
     def _spawn(self, name: str, argv: list[str], log: Path) -> Daemon:
         assert self.lab is not None
         host = "mm" if name == "storm-mm" else name.rsplit(maxsplit=1)[-1]
+        if host != "mm":
+            argv = [*argv, "--host", host]
         return super()._spawn(name, self.lab.exec_argv(host, argv), log)

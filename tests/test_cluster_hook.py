@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from storm.mm import protocol as p
 from storm.tools.client import Client
-from tests.conftest import JOB_TIMEOUT, poll, python_app, run_job
+from storm.tools.local_cluster import LocalCluster
+from tests.conftest import JOB_TIMEOUT, poll, python_app, run_job, storm_cli
 
 pytestmark = pytest.mark.slow
 
@@ -61,3 +64,56 @@ def test_a_program_without_mpi_runs_and_is_marked_so(client: Client, tmp_path: P
     client.cancel((job,))
     client.wait(job, timeout=JOB_TIMEOUT)
     assert hook_segments(job) == set()
+
+
+# What each rank sees: how many ranks share its memory (MPI's own view of which ranks share a node), and
+# whether mpihook is preloaded.
+SHARED = (
+    "import os\n"
+    "from mpi4py import MPI\n"
+    "world = MPI.COMM_WORLD\n"
+    "shared = world.Split_type(MPI.COMM_TYPE_SHARED).Get_size()\n"
+    "hooked = 'mpihook/_hook' in os.environ.get('LD_PRELOAD', '')\n"
+    "os.write(1, f'rank {world.Get_rank()}: shared {shared} hook {hooked}\\n'.encode())\n"
+    "if len(os.sys.argv) > 1: __import__('time').sleep(float(os.sys.argv[1]))\n"
+)
+
+
+def rank_lines(job_id: int, cwd: Path) -> list[str]:
+    return sorted((cwd / f"storm-{job_id}.out").read_text().splitlines())
+
+
+def test_ranks_on_node_managers_of_one_host_share_memory_as_under_mpiexec(
+    client: Client, tmp_path: Path
+) -> None:
+    """A local cluster's node managers share this machine: MPI must see one node, and use shared memory
+    between the ranks, not the network (MPICH's network path between processes of one host hangs programs
+    that run under mpiexec; issue 12)."""
+    ended = run_job(client, [sys.executable, "-c", SHARED], 2, tmp_path)
+    assert ended.state == "COMPLETED" and set(ended.nodes) == {"node0", "node1"}, ended
+    assert rank_lines(ended.id, tmp_path) == ["rank 0: shared 2 hook True", "rank 1: shared 2 hook True"]
+
+
+def test_a_job_submitted_without_the_hook_runs_unmeasured_and_says_so(
+    cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    job = client.submit([sys.executable, "-c", SHARED, "30"], 2, cwd=str(tmp_path), hook=False)
+    poll(lambda: len(stats(client, job).ranks) == 2, 30, "the ranks' first report")
+    assert {(r.state, r.wait_mode) for r in stats(client, job).ranks} == {("no-hook", "poll")}
+    assert all(r.pid > 0 for r in stats(client, job).ranks)
+    assert hook_segments(job) == set() and not client.job(job).hook
+    shown = storm_cli(cluster, "show", str(job))
+    assert "MpiHook: no (submitted with --no-hook)" in shown.stdout, shown
+    poll(lambda: len(rank_lines(job, tmp_path)) == 2, 30, "both ranks' line")
+    assert rank_lines(job, tmp_path) == ["rank 0: shared 2 hook False", "rank 1: shared 2 hook False"]
+    client.cancel((job,))
+    assert client.wait(job, timeout=JOB_TIMEOUT).state == "CANCELLED"
+
+
+def test_a_node_configured_without_the_hook_preloads_it_into_no_job(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    with make_cluster(nm_hook=False).client() as client:
+        ended = run_job(client, [sys.executable, "-c", SHARED], 2, tmp_path)
+    assert ended.state == "COMPLETED" and ended.hook  # the job asked for it; the nodes said no
+    assert rank_lines(ended.id, tmp_path) == ["rank 0: shared 2 hook False", "rank 1: shared 2 hook False"]

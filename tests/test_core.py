@@ -28,9 +28,17 @@ def spec(ranks: int, uid: int = 1000, user: str = "alice", time_limit: float | N
 
 
 def reg(
-    ctl: Controller, node: str, pes: int = 1, now: float = T0, jobs: tuple[int, ...] = (), nm: str = "e1"
+    ctl: Controller,
+    node: str,
+    pes: int = 1,
+    now: float = T0,
+    jobs: tuple[int, ...] = (),
+    nm: str = "e1",
+    host: str = "",
 ) -> p.NodeRegistered:
-    msg = p.RegisterNode(node=node, pes=pes, nm_epoch=f"{node}-{nm}", address=f"{node}:1", jobs=jobs)
+    msg = p.RegisterNode(
+        node=node, pes=pes, nm_epoch=f"{node}-{nm}", address=f"{node}:1", jobs=jobs, host=host
+    )
     return ctl.register(msg, now)
 
 

@@ -157,6 +157,28 @@ def test_a_launch_lost_with_a_killed_mm_is_sent_again_by_the_next(store: Store, 
     assert state(ctl, job_id) is S.COMPLETED
 
 
+def test_launches_tell_which_nodes_share_a_host_and_a_restart_keeps_what_they_said(
+    store: Store, restart: Restart
+) -> None:
+    ctl = make(store)
+    for node, host in (("n1", "h1"), ("n2", "h2"), ("n3", "h1"), ("n4", "")):
+        reg(ctl, node, host=host)
+    job_id = submit(ctl, 4)
+    first = launches(take(ctl))
+    assert {n: launch.hosts for n, launch in first.items()} == dict.fromkeys(first, (0, 1, 0, 2))
+    assert [first[n].mpi_node for n in ("n1", "n2", "n3", "n4")] == [0, 1, 0, 2]  # n4: a host of its own
+    ctl = restart(ctl, T0 + 1)
+    for node, host in (("n1", "h1"), ("n2", "h1"), ("n3", "h1"), ("n4", "h1")):  # all claim h1 now
+        reg(ctl, node, now=T0 + 2, host=host)
+    assert launches(take(ctl)) == first  # what the other nodes were told stands
+    launched(ctl, job_id, "n1", "n2", "n3", "n4", now=T0 + 3)
+    for node in ("n1", "n2", "n3", "n4"):
+        done(ctl, job_id, node, T0 + 4)
+    assert state(ctl, job_id) is S.COMPLETED
+    submit(ctl, 4, now=T0 + 5)  # the next job is placed by what the nodes say now
+    assert {launch.hosts for launch in launches(take(ctl)).values()} == {(0, 0, 0, 0)}
+
+
 def test_a_killed_mm_that_no_node_heard_from_starts_the_job_everywhere(
     store: Store, restart: Restart
 ) -> None:

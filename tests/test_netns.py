@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from tests import netns
 from tests.conftest import JOB_TIMEOUT, poll, python_app
 from tests.netns import Lab, NetnsCluster
+from tests.test_cluster_hook import SHARED, rank_lines
 from tests.test_cluster_nodes import node_states
 
 pytestmark = pytest.mark.slow
@@ -61,6 +63,9 @@ def peers(lab: Lab, host: str) -> set[str]:
     return {m for m in re.findall(r"\s(\d+\.\d+\.\d+\.\d+):\d+\s*$", table, re.MULTILINE)}
 
 
+shared_program = [sys.executable, "-c", SHARED]
+
+
 def bsp(*args: str) -> list[str]:
     return python_app("bsp", "--granularity", "1ms", "--pattern", "ring", *args)
 
@@ -74,6 +79,11 @@ def test_mpi_across_namespaces_and_a_cut_link(lab_cluster: tuple[NetnsCluster, L
     assert set(addresses.values()) <= peers(lab, "mm")
     with cluster.client() as client:
         assert node_states(client) == dict.fromkeys(NODES, "UP")
+
+        # Each node manager names its namespace as its host: MPI sees three nodes, sharing no memory.
+        ended = client.wait(client.submit(shared_program, 3, cwd=str(tmp_path), env=env), timeout=JOB_TIMEOUT)
+        assert ended.state == "COMPLETED", ended
+        assert rank_lines(ended.id, tmp_path) == [f"rank {r}: shared 1 hook True" for r in range(3)]
 
         # An MPI job across the three hosts, its ranks talking TCP host to host.
         job = client.submit(bsp("--iterations", "300"), 3, cwd=str(tmp_path), env=env, time_limit=120.0)

@@ -161,10 +161,24 @@ def test_process_mapping(ranks_per_node: list[int], expected: str) -> None:
     assert process_mapping(ranks_per_node) == expected
 
 
-@pytest.mark.parametrize("bad", [[], [0], [2, 0, 1], [-1]])
-def test_process_mapping_rejects(bad: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("ranks_per_node", "hosts", "expected"),
+    [
+        ([1, 1], [0, 0], "(vector,(0,1,2))"),  # two node managers of one machine: one MPI node
+        ([2, 2, 1], [0, 0, 1], "(vector,(0,1,4),(1,1,1))"),
+        ([1, 1, 1, 1], [0, 1, 0, 1], "(vector,(0,2,1),(0,2,1))"),  # a host comes back, as Slurm's cyclic
+        ([2, 2], [0, 1], "(vector,(0,2,2))"),
+        ([1, 2, 1], [0, 1, 1], "(vector,(0,1,1),(1,1,3))"),
+    ],
+)
+def test_process_mapping_by_host(ranks_per_node: list[int], hosts: list[int], expected: str) -> None:
+    assert process_mapping(ranks_per_node, hosts) == expected
+
+
+@pytest.mark.parametrize(("bad", "hosts"), [([], []), ([0], []), ([2, 0, 1], []), ([-1], []), ([1, 1], [0])])
+def test_process_mapping_rejects(bad: list[int], hosts: list[int]) -> None:
     with pytest.raises(ValueError):
-        process_mapping(bad)
+        process_mapping(bad, hosts)
 
 
 def test_mpich_shm_prefixes_known_hashes() -> None:

@@ -74,7 +74,9 @@ EXAMPLES: dict[str, p.Message] = {
     "node_list": p.NodeList(
         req=6, nodes=(NODE_INFO, dataclasses.replace(NODE_INFO, name="n2", state="DOWN"))
     ),
-    "register_node": p.RegisterNode(node="n1", pes=8, nm_epoch="e1", address="h:1", version=7, jobs=(3, 4)),
+    "register_node": p.RegisterNode(
+        node="n1", pes=8, nm_epoch="e1", address="h:1", version=7, jobs=(3, 4), host="h/4f2a"
+    ),
     "node_registered": p.NodeRegistered(
         node="n1",
         mm_epoch="m",
@@ -129,6 +131,8 @@ EXAMPLES: dict[str, p.Message] = {
         user="alice",
         output="o",
         error="e",
+        hosts=(0, 0),
+        hook=False,
     ),
     "kill_job": p.KillJob(job_id=1, reason="time limit"),
     "job_launched": p.JobLaunched(job_id=1, node="n1", pids={"0": 100, "1": 101}),
@@ -303,6 +307,10 @@ def launch_body(**changes: Any) -> dict[str, Any]:
         ({"op": "cancel_jobs", "job_ids": []}, "cancel_jobs: no job ids given"),
         ({"op": "register_node", "node": "", "pes": 1, "nm_epoch": "e"}, "register_node: node name must be"),
         (
+            {"op": "register_node", "node": "n", "pes": 1, "nm_epoch": "e", "host": "a\0b"},
+            "register_node: host: at most 256 characters, no NUL",
+        ),
+        (
             {"op": "register_node", "node": "n", "pes": 0, "nm_epoch": "e"},
             "register_node: pes must be 1..4096",
         ),
@@ -329,6 +337,9 @@ def launch_body(**changes: Any) -> dict[str, Any]:
         (launch_body(slots=[{"rank": 0, "pe": 0}, {"rank": 4, "pe": 1}]), "launch_job: rank outside the job"),
         (launch_body(slots=[]), "launch_job: a launch needs at least one rank"),
         (launch_body(argv=[]), "launch_job: a command is required"),
+        (launch_body(hosts=[0]), "launch_job: hosts must number each node's host 0, 1, ... in order"),
+        (launch_body(hosts=[1, 0]), "launch_job: hosts must number each node's host 0, 1, ... in order"),
+        (launch_body(hosts=[0, 2]), "launch_job: hosts must number each node's host 0, 1, ... in order"),
         (
             {"op": "job_list", "jobs": [{**dataclasses.asdict(JOB_INFO), "state": "LOST"}]},
             "unknown job state",

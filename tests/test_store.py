@@ -276,28 +276,55 @@ def placed(job: Job, node: str = "n1") -> Job:
     return advance(job, JobState.STARTING, 2.0, placement=((node, 0),), row=0)
 
 
-def test_pmi_names_of_placed_jobs_survive_a_restart(db: Path, open_store: Opener) -> None:
+def test_pmi_names_and_hosts_of_placed_jobs_survive_a_restart(db: Path, open_store: Opener) -> None:
     store = open_store(db)
     pending, starting, running, finished = (store.add_job(spec(n), 1.0) for n in (1, 2, 3, 4))
     starting = placed(starting, "n1")
     running = advance(placed(running, "n2"), JobState.RUNNING, 3.0)
     finished = advance(placed(finished, "n3"), JobState.COMPLETED, 4.0)
     with store.transaction():
-        for job, name in ((starting, "storm_2_ab"), (running, "storm_3_cd"), (finished, "storm_4_ef")):
+        for job, name, hosts in (
+            (starting, "storm_2_ab", (0, 0, 1)),
+            (running, "storm_3_cd", ()),
+            (finished, "storm_4_ef", (0,)),
+        ):
             store.save_job(job)
-            store.save_kvsname(job.id, name)
+            store.save_wireup(job.id, name, hosts)
     with pytest.raises(StoreError, match="job 99 is not in the store"):
-        store.save_kvsname(99, "storm_99_00")
+        store.save_wireup(99, "storm_99_00")
     store.close()
     again = open_store(db)
-    assert again.kvsnames() == {starting.id: "storm_2_ab", running.id: "storm_3_cd"}  # placed jobs only
+    assert again.wireups() == {starting.id: ("storm_2_ab", (0, 0, 1)), running.id: ("storm_3_cd", ())}
     assert again.get_job(pending.id) == pending and again.get_job(running.id) == running
-    again.save_kvsname(starting.id, "storm_2_12")  # a requeued job's next run: a name of its own
-    assert again.kvsnames()[starting.id] == "storm_2_12"
+    again.save_wireup(starting.id, "storm_2_12", (0, 1, 1))  # a requeued job's next run: its own
+    assert again.wireups()[starting.id] == ("storm_2_12", (0, 1, 1))
+
+
+def downgrade_to_version_3(db: Path) -> None:
+    """What storm-mm wrote before it knew which nodes share a host."""
+    with closing(sqlite3.connect(db)) as other:
+        other.execute("ALTER TABLE jobs DROP COLUMN hosts")
+        other.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        other.commit()
+
+
+def test_a_version_3_store_is_migrated_in_place(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    starting = placed(store.add_job(spec(1), 1.0))
+    store.save_job(starting)
+    store.save_wireup(starting.id, "storm_1_ab", (0,))
+    store.close()
+    downgrade_to_version_3(db)
+    migrated = open_store(db)
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
+    assert migrated.wireups() == {starting.id: ("storm_1_ab", ())}  # every node a host of its own, as then
+    migrated.save_wireup(starting.id, "storm_1_cd", (0, 0))
+    assert migrated.wireups() == {starting.id: ("storm_1_cd", (0, 0))}
 
 
 def downgrade_to_version_2(db: Path) -> None:
     """What storm-mm wrote before it kept a placed job's PMI name."""
+    downgrade_to_version_3(db)
     with closing(sqlite3.connect(db)) as other:
         other.execute("ALTER TABLE jobs DROP COLUMN kvsname")
         other.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
@@ -309,15 +336,15 @@ def test_a_version_2_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     queued = store.add_job(spec(1), 1.0)
     starting = placed(store.add_job(spec(2), 1.0))
     store.save_job(starting)
-    store.save_kvsname(starting.id, "storm_2_ab")
+    store.save_wireup(starting.id, "storm_2_ab")
     store.close()
     downgrade_to_version_2(db)
     assert "kvsname" not in {row[1] for row in peek(db, "PRAGMA table_info(jobs)")}
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "3"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
     assert migrated.jobs() == [queued, starting]
-    assert migrated.kvsnames() == {}  # placed by the older storm-mm: its name was never kept
-    migrated.save_kvsname(starting.id, "storm_2_cd")
+    assert migrated.wireups() == {}  # placed by the older storm-mm: its name was never kept
+    migrated.save_wireup(starting.id, "storm_2_cd")
     assert peek(db, "SELECT id, kvsname FROM jobs ORDER BY id") == [
         (queued.id, ""),
         (starting.id, "storm_2_cd"),
@@ -331,7 +358,7 @@ def downgrade_to_version_1(db: Path) -> None:
         other.execute("ALTER TABLE jobs DROP COLUMN requeues")
         for job_id, blob in other.execute("SELECT id, spec FROM jobs").fetchall():
             old = msgpack.unpackb(blob)
-            del old["requeue"]
+            del old["requeue"], old["hook"]  # the hook flag came later still, with no schema change
             other.execute("UPDATE jobs SET spec = ? WHERE id = ?", (msgpack.packb(old), job_id))
         other.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         other.commit()
@@ -344,7 +371,7 @@ def test_a_version_1_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     downgrade_to_version_1(db)
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "3"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
     assert migrated.get_job(old.id) == old  # not a --requeue job, never requeued
     job = migrated.add_job(spec(2, requeue=True), 2.0)
     migrated.save_job(dataclasses.replace(job, requeues=1))
@@ -356,5 +383,5 @@ def test_a_failed_migration_changes_nothing(db: Path) -> None:
     with closing(sqlite3.connect(db)) as other:  # version 1 by its label, yet the column is there
         other.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         other.commit()
-    assert refusal(db).startswith(f"{db}: cannot migrate from schema version 1 to 3: duplicate column name")
+    assert refusal(db).startswith(f"{db}: cannot migrate from schema version 1 to 4: duplicate column name")
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]

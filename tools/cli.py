@@ -112,7 +112,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         job_id = client.submit(
             argv, args.ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
-            requeue=args.requeue, **run_as(args.uid, args.gid),
+            requeue=args.requeue, hook=args.hook, **run_as(args.uid, args.gid),
         )  # fmt: skip
         print(job_id, flush=True)
         if not args.wait:
@@ -277,6 +277,12 @@ def add_job_commands(sub: Any) -> None:
         "--requeue",
         action="store_true",
         help="if a node under the job fails, run it again (same id) instead of ending it NODE_FAIL",
+    )
+    s.add_argument(
+        "--no-hook",
+        dest="hook",
+        action="store_false",
+        help="run the ranks without mpihook: no statistics, FCS cannot classify them, waits always poll",
     )
     s.add_argument("--uid", help="run as this user: only yourself is accepted (jobs run as their submitter)")
     s.add_argument("--gid", help="run with this group: only your own is accepted")

@@ -89,6 +89,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("Suspended", format_duration(job.suspended_time)),
                 ("Row", "-" if job.row is None else job.row),
                 ("Requeue", f"yes (requeued {job.requeues} times)" if job.requeue else "no"),
+                ("MpiHook", "yes" if job.hook else "no (submitted with --no-hook)"),
                 ("SubmitTime", format_clock(job.submit_time)), ("StartTime", format_clock(job.start_time)),
                 ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
                 ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
