@@ -11,6 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# What a rank's environment needs so that its blocking collectives can spin-block: MPICH's shared-memory
+# algorithms for these wait in loops that never yield the CPU; "mpir" runs them over point-to-point messages,
+# which wait in MPICH's progress loop, where the hook can sleep (hook.c says what it costs). The hook checks
+# for exactly these (its flag COLLECTIVES_POLL otherwise); storm's job shell sets them where a node may ask
+# a rank to spin-block, unless the job set them itself.
+SPIN_BLOCK_ENVIRONMENT = {
+    f"MPIR_CVAR_{collective}_POSIX_INTRA_ALGORITHM": "mpir"
+    for collective in ("BARRIER", "BCAST", "REDUCE", "ALLREDUCE", "ALLGATHER", "ALLGATHERV", "ALLTOALL")
+}
+
 
 def hook_library() -> Path:
     """The built hook library, to put in a rank's LD_PRELOAD.

@@ -64,6 +64,7 @@
 
 struct storm_state storm;
 __thread struct storm_call *storm_current;
+__thread int storm_depth;
 
 static const char *const real_names[FN_COUNT] = {
 #define STORM_NAME(name) "PMPI_" #name,
@@ -247,7 +248,7 @@ static void storm_activate(void)
     publish_identity(rank >= 0 ? rank : env_rank(), STORM_HOOK_ACTIVE);
 }
 
-void storm_publish_enter(uint64_t t0, int event)
+void storm_publish_enter(uint64_t t0, int event, uint32_t call)
 {
     if (__builtin_expect(!(storm.flags & STORM_HOOK_ACTIVE), 0))
         publish_identity(env_rank(), STORM_HOOK_ACTIVE); /* no MPI_Init seen (MPI sessions) */
@@ -255,6 +256,7 @@ void storm_publish_enter(uint64_t t0, int event)
     storm.events += (uint64_t) event;
     struct storm_hook_stats *s = update_begin();
     PUT(in_call, 1);
+    PUT(call, call);
     PUT(enter_ns, t0);
     PUT(calls, storm.calls);
     PUT(events, storm.events);
@@ -274,11 +276,37 @@ void storm_publish_exit(void)
 
 /* ------------------------------------------------------------------------------------------------ set-up */
 
+/*
+ * MPICH's shared-memory ("posix") algorithms for these collectives wait on flags in loops that never yield
+ * the CPU, so a rank waiting in one cannot spin-block (measured: a rank waiting in MPI_Allreduce for a
+ * stopped peer kept a CPU 100% busy in spin-block mode). With each set to "mpir" they run over
+ * point-to-point messages and wait in MPICH's progress loop, which yields at every turn (2.9% of a CPU;
+ * an 8-byte MPI_Allreduce between two local ranks then takes ~1.3 us instead of ~0.3 us).
+ */
+static const char *const yielding_collectives[] = {
+    "MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM",    "MPIR_CVAR_BCAST_POSIX_INTRA_ALGORITHM",
+    "MPIR_CVAR_REDUCE_POSIX_INTRA_ALGORITHM",     "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM",
+    "MPIR_CVAR_ALLGATHER_POSIX_INTRA_ALGORITHM",  "MPIR_CVAR_ALLGATHERV_POSIX_INTRA_ALGORITHM",
+    "MPIR_CVAR_ALLTOALL_POSIX_INTRA_ALGORITHM",
+};
+
+static int collectives_yield(void)
+{
+    for (size_t i = 0; i < sizeof yielding_collectives / sizeof *yielding_collectives; i++) {
+        const char *value = getenv(yielding_collectives[i]);
+        if (!value || strcasecmp(value, "mpir") != 0)
+            return 0;
+    }
+    return 1;
+}
+
 void storm_setup(void)
 {
     const char *why;
     uint32_t gap;
     resolve();
+    storm.multiple = 1; /* until MPI_Init(_thread) says otherwise: MPI sessions have no single thread level */
+    storm.flags = STORM_HOOK_THREAD_MULTIPLE | (collectives_yield() ? 0 : STORM_HOOK_COLLECTIVES_POLL);
     storm.gap_ns = parse_u32(getenv("STORM_HOOK_GAP_NS"), &gap) == 0 ? gap : DEFAULT_GAP_NS;
     struct storm_hook_record *record = map_record(&why);
     if (why)
@@ -293,6 +321,7 @@ void storm_setup(void)
         storm.spin_ns = s->spin_ns, storm.block_ns = s->block_ns, storm.exit_ns = s->exit_ns;
         storm.record = record;
         if (storm.abi == ABI_FOREIGN) {
+            storm.flags = 0; /* nothing of how the hook waits applies */
             publish_identity(env_rank(), STORM_HOOK_FOREIGN_MPI);
             storm.record = NULL; /* pass-through: this ABI's handles and statuses are not the hook's */
         }
@@ -346,18 +375,20 @@ uint64_t storm_block_end(struct storm_call *c, uint64_t now)
 }
 
 /*
- * The calls that spin-block without a test loop of the hook's (MPI_Sendrecv_replace; any call whose
- * nonblocking form this MPI lacks) do it inside MPICH's own point-to-point wait loop, which calls
- * sched_yield() at every turn (measured: ~1 per microsecond). Past the spin phase each such call sleeps
- * instead; after a sleep MPICH polls for AWAKE_NS before the next one, since it yields more than once per
- * turn (without that window it noticed completion twice as late). Outside such a call this is sched_yield.
+ * The calls that stay MPICH's own (collectives, MPI_Sendrecv_replace, every call under
+ * MPI_THREAD_MULTIPLE, any call whose nonblocking form this MPI lacks) spin-block inside MPICH's wait loop,
+ * which calls sched_yield() at every turn (measured: ~1 per microsecond). A polling call looks at the wait
+ * mode then, so storm-nm can switch it to spin-block; past the spin phase each yield sleeps instead. After
+ * a sleep MPICH polls for AWAKE_NS before the next one, since it yields more than once per turn (without
+ * that window it noticed completion twice as late). Outside such a call this is sched_yield.
  */
 int sched_yield(void)
 {
     struct storm_call *c = storm_current;
     if (c && !c->test_loop && !c->block_end) {
         uint64_t now = storm_now();
-        if (now - c->t0 >= c->spin_ns && now >= c->awake_until && storm_block(c, now)) {
+        if ((c->spinblock || storm_turn_spinblock(c, now)) && now - c->spin_from >= c->spin_ns &&
+            now >= c->awake_until && storm_block(c, now)) {
             c->awake_until = storm_now() + AWAKE_NS;
             return 0;
         }
@@ -367,10 +398,18 @@ int sched_yield(void)
 
 /* ----------------------------------------------------------------------------------------- init, finalize */
 
+/* MPI is up in the world model: at what thread level (MPI_Init may give MULTIPLE too, by a CVAR). */
 static int initialized(int rc)
 {
-    if (rc == SM_SUCCESS && storm.abi == ABI_MPICH)
-        storm_activate();
+    int level = SM_THREAD_MULTIPLE;
+    if (rc != SM_SUCCESS || storm.abi != ABI_MPICH)
+        return rc;
+    if (storm.fn[FN_Query_thread] && ((int (*)(int *)) storm.fn[FN_Query_thread])(&level) != SM_SUCCESS)
+        level = SM_THREAD_MULTIPLE;
+    storm.multiple = level == SM_THREAD_MULTIPLE;
+    storm.flags &= ~STORM_HOOK_THREAD_MULTIPLE;
+    storm.flags |= storm.multiple ? STORM_HOOK_THREAD_MULTIPLE : 0;
+    storm_activate();
     return rc;
 }
 
@@ -399,8 +438,8 @@ int MPI_Finalize(void)
     if (!storm.ready)
         storm_setup();
     CHECK_REAL(Finalize);
-    storm.depth++;
+    storm_depth++;
     int rc = REAL(Finalize)();
-    storm.depth--;
+    storm_depth--;
     return rc;
 }

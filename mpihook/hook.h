@@ -3,9 +3,26 @@
  * (p2p.c, coll.c). The hook is a PMPI library: it defines MPI_X for every blocking communication call and
  * calls the real PMPI_X, found at run time (hook.c). See record.h for what it publishes.
  *
- * Threads: the hook assumes that one thread calls MPI at a time (MPI_THREAD_SINGLE, FUNNELED or
- * SERIALIZED). Its nesting depth and counters are plain process-wide variables; with MPI_THREAD_MULTIPLE
- * and concurrent blocking calls the statistics would be wrong (never the calls themselves).
+ * What a wrapper may change, and what never (issue 12: a monitor that changes what a program computes, or
+ * hangs it, is worse than none):
+ *   - A blocking point-to-point call or wait may become its nonblocking form and the hook's test loop: MPI
+ *     matches blocking and nonblocking point-to-point operations with each other, whatever the communicator
+ *     (intra, inter, topologies, MPI_COMM_SELF) or the peer (MPI_PROC_NULL), so nothing else can tell.
+ *     Only in the thread that called MPI_Init(_thread) at a level below MPI_THREAD_MULTIPLE, though: with
+ *     several threads in MPI at once, tight test loops compete with other threads' progress for MPICH's
+ *     lock (a two-thread program hung that way).
+ *   - A blocking collective stays the program's own blocking call, always. MPI never matches a blocking
+ *     collective with a nonblocking one, and orders a communicator's nonblocking collectives among
+ *     themselves: turning MPI_Barrier into MPI_Ibarrier made a Barrier issued while an MPI_Iallreduce was
+ *     outstanding match that Iallreduce instead (20 wrong results in 20), and walked into MPICH bugs that
+ *     the blocking path avoids (an intercommunicator MPI_Ibcast with MPI_PROC_NULL hangs in MPICH itself).
+ * Where the call stays MPICH's, the hook spin-blocks inside MPICH's own wait loop, which yields the CPU at
+ * every turn (hook.c, sched_yield); for collectives that needs MPICH's shared-memory collective algorithms
+ * off, which never yield (the job shell sets that where a node may ask for spin-block; record.h's
+ * STORM_HOOK_COLLECTIVES_POLL says when it is not so).
+ *
+ * Threads: nesting depth is per thread; with MPI_THREAD_MULTIPLE the calls of one thread at a time are
+ * counted (the record has one writer), and every thread's waits follow the wait mode.
  */
 #ifndef STORM_HOOK_H
 #define STORM_HOOK_H
@@ -30,7 +47,7 @@ typedef intptr_t hk_handle;
 
 /* The real functions the hook calls, resolved once (hook.c): "PMPI_" + name. */
 #define STORM_REAL_FUNCTIONS(X)                                                                              \
-    X(Init) X(Init_thread) X(Finalize) X(Comm_rank) X(Cancel)                                                \
+    X(Init) X(Init_thread) X(Finalize) X(Query_thread) X(Comm_rank) X(Cancel)                                \
     X(Send) X(Send_c) X(Ssend) X(Ssend_c) X(Bsend) X(Bsend_c) X(Rsend) X(Rsend_c) X(Recv) X(Recv_c)          \
     X(Sendrecv) X(Sendrecv_c) X(Sendrecv_replace) X(Sendrecv_replace_c) X(Probe) X(Mprobe) X(Mrecv)          \
     X(Mrecv_c) X(Wait) X(Waitall) X(Waitany) X(Waitsome)                                                     \
@@ -40,12 +57,7 @@ typedef intptr_t hk_handle;
     X(Gatherv) X(Gatherv_c) X(Scatter) X(Scatter_c) X(Scatterv) X(Scatterv_c) X(Allgather) X(Allgather_c)    \
     X(Allgatherv) X(Allgatherv_c) X(Alltoall) X(Alltoall_c) X(Alltoallv) X(Alltoallv_c) X(Alltoallw)         \
     X(Alltoallw_c) X(Reduce_scatter) X(Reduce_scatter_c) X(Reduce_scatter_block) X(Reduce_scatter_block_c)   \
-    X(Scan) X(Scan_c) X(Exscan) X(Exscan_c)                                                                  \
-    X(Ibarrier) X(Ibcast) X(Ibcast_c) X(Ireduce) X(Ireduce_c) X(Iallreduce) X(Iallreduce_c) X(Igather)       \
-    X(Igather_c) X(Igatherv) X(Igatherv_c) X(Iscatter) X(Iscatter_c) X(Iscatterv) X(Iscatterv_c)             \
-    X(Iallgather) X(Iallgather_c) X(Iallgatherv) X(Iallgatherv_c) X(Ialltoall) X(Ialltoall_c) X(Ialltoallv)  \
-    X(Ialltoallv_c) X(Ialltoallw) X(Ialltoallw_c) X(Ireduce_scatter) X(Ireduce_scatter_c)                    \
-    X(Ireduce_scatter_block) X(Ireduce_scatter_block_c) X(Iscan) X(Iscan_c) X(Iexscan) X(Iexscan_c)
+    X(Scan) X(Scan_c) X(Exscan) X(Exscan_c)
 
 enum storm_fn_id {
 #define STORM_ENUM(name) FN_##name,
@@ -62,7 +74,8 @@ enum storm_abi { ABI_UNKNOWN, ABI_MPICH, ABI_FOREIGN };
 struct storm_state {
     int ready;                        /* storm_setup() has run */
     int abi;                          /* enum storm_abi */
-    int depth;                        /* nesting of wrapped calls: only the outermost is counted */
+    int multiple;                     /* MPI_THREAD_MULTIPLE, or not known (no MPI_Init seen) */
+    int counting;                     /* with `multiple`: a thread's call is being counted */
     struct storm_hook_record *record; /* NULL: no statistics (no or bad segment, or a foreign MPI) */
     uint64_t gap_ns;                  /* see hook.c, STORM_HOOK_GAP_NS */
     /* the hook's own copy of what it publishes, so that it never reads the shared cache line back */
@@ -76,22 +89,26 @@ extern STORM_INTERNAL struct storm_state storm;
 /* One outermost blocking call under way. */
 struct storm_call {
     uint64_t t0;          /* entry */
+    uint64_t spin_from;   /* when its spin phase began: entry, or when storm-nm switched it to spin-block */
     uint64_t spin_ns;     /* control.spin_ns at entry */
     uint64_t block_start; /* 0, or when the spin phase ended and the call started to give the CPU away */
     uint64_t block_end;   /* 0 until the block phase ended (the call returned, or storm-nm said poll) */
     uint64_t block_cpu;   /* this thread's CPU time at block_start, then the CPU its block phase used */
     uint64_t sleep_ns;    /* the next sleep of the block phase */
     uint64_t awake_until; /* sched_yield: MPICH polls until then after each sleep */
-    int live;             /* counted: the outermost call, with a segment */
-    int spinblock;        /* control.wait_mode was STORM_WAIT_SPINBLOCK at entry */
+    int follow;           /* it waits as control.wait_mode says: the thread's outermost call, with a segment */
+    int live;             /* counted and published: `follow`, and no other thread's call is counted */
+    int spinblock;        /* it spin-blocks (from entry, or since storm-nm switched it) */
     int test_loop;        /* it waits in the hook's test loop, not in MPICH's (whose sched_yield may sleep) */
 };
 
-/* The call whose sched_yield() calls may sleep (hook.c), in the thread that made it. */
+/* The followed call of this thread, whose sched_yield() calls may sleep (hook.c). */
 extern STORM_INTERNAL __thread struct storm_call *storm_current;
+/* Nesting of wrapped calls in this thread: only the outermost is followed. */
+extern STORM_INTERNAL __thread int storm_depth;
 
 STORM_INTERNAL void storm_setup(void);
-STORM_INTERNAL void storm_publish_enter(uint64_t t0, int event);
+STORM_INTERNAL void storm_publish_enter(uint64_t t0, int event, uint32_t call);
 STORM_INTERNAL void storm_publish_exit(void);
 STORM_INTERNAL int storm_missing(enum storm_fn_id id);
 STORM_INTERNAL int storm_block(struct storm_call *c, uint64_t now);
@@ -104,61 +121,72 @@ static inline uint64_t storm_now(void)
     return (uint64_t) t.tv_sec * 1000000000u + (uint64_t) t.tv_nsec;
 }
 
-/* Entry into a wrapped blocking call; returns whether it is to spin-block. */
-static inline int storm_enter(struct storm_call *c)
+/* Entry into a wrapped blocking call (`call`: enum storm_hook_call); returns whether it is to spin-block. */
+static inline int storm_enter(struct storm_call *c, uint32_t call)
 {
     if (__builtin_expect(!storm.ready, 0))
         storm_setup();
-    c->live = c->spinblock = c->test_loop = 0;
-    if (storm.depth++ != 0 || !storm.record)
+    c->follow = c->live = c->spinblock = c->test_loop = 0;
+    if (storm_depth++ != 0 || !storm.record)
         return 0;
+    c->follow = 1;
+    /* One writer of the record at a time: a second thread's concurrent call is followed, not counted. */
+    c->live = !storm.multiple || !__atomic_exchange_n(&storm.counting, 1, __ATOMIC_ACQUIRE);
     struct storm_hook_control *control = &storm.record->control;
     uint32_t mode = __atomic_load_n(&control->wait_mode, __ATOMIC_RELAXED);
     c->spin_ns = __atomic_load_n(&control->spin_ns, __ATOMIC_RELAXED);
-    c->live = 1;
     c->block_start = c->block_end = c->awake_until = 0;
-    c->t0 = storm_now();
+    c->t0 = c->spin_from = storm_now();
     /* A new event unless the previous call ended so recently that nothing was computed in between. */
-    storm_publish_enter(c->t0, c->t0 - storm.exit_ns > storm.gap_ns);
-    if (mode == STORM_WAIT_SPINBLOCK) {
-        c->spinblock = 1;
-        storm_current = c;
-    }
+    if (c->live)
+        storm_publish_enter(c->t0, c->t0 - storm.exit_ns > storm.gap_ns, call);
+    c->spinblock = mode == STORM_WAIT_SPINBLOCK;
+    storm_current = c;
     return c->spinblock;
 }
 
+/* May the call become its nonblocking form and the hook's test loop (see the top of this file)? */
+static inline int storm_rewrite(const struct storm_call *c)
+{
+    return c->follow && !storm.multiple;
+}
+
 /*
- * A call that started polling, in the hook's test loop: has storm-nm switched the rank to spin-block since?
- * Then the rest of the call spin-blocks (FCS reclassified the process while it waited, or its slot ended:
- * a long wait must not keep burning the CPU that other processes of the PE now share). Its polling so far
- * is accounted as spinning.
+ * A call that started polling: has storm-nm switched the rank to spin-block since? Then the rest of the
+ * call spin-blocks (FCS reclassified the process while it waited, or its slot ended: a long wait must not
+ * keep burning the CPU that other processes of the PE now share), its spin phase starting now. Its polling
+ * so far is accounted as spinning.
  */
-static inline int storm_turn_spinblock(struct storm_call *c)
+static inline int storm_turn_spinblock(struct storm_call *c, uint64_t now)
 {
     struct storm_hook_control *control = &storm.record->control;
-    if (!c->live || __atomic_load_n(&control->wait_mode, __ATOMIC_RELAXED) != STORM_WAIT_SPINBLOCK)
+    if (!c->follow || __atomic_load_n(&control->wait_mode, __ATOMIC_RELAXED) != STORM_WAIT_SPINBLOCK)
         return 0;
     c->spin_ns = __atomic_load_n(&control->spin_ns, __ATOMIC_RELAXED);
+    c->spin_from = now;
     c->spinblock = 1;
-    storm_current = c;
     return 1;
 }
 
 static inline void storm_leave(struct storm_call *c)
 {
-    storm.depth--;
+    storm_depth--;
+    if (!c->follow)
+        return;
+    storm_current = 0;
+    uint64_t t1 = storm_now();
+    uint64_t blocked = c->block_start ? storm_block_end(c, t1) : 0;
     if (!c->live)
         return;
-    uint64_t t1 = storm_now();
     if (c->spinblock) {
         storm.spin_ns += (c->block_start ? c->block_start : t1) - c->t0;
-        if (c->block_start)
-            storm.block_ns += storm_block_end(c, t1);
-        storm_current = 0;
+        storm.block_ns += blocked;
     }
     storm.comm_ns += t1 - c->t0;
     storm.exit_ns = t1;
     storm_publish_exit();
+    if (storm.multiple)
+        __atomic_store_n(&storm.counting, 0, __ATOMIC_RELEASE);
 }
 
 /* How the hook's test loop completes a call (p2p.c). */
@@ -212,31 +240,36 @@ typedef int cancel_fn(SM_Request *);
 #define WITH_REQUEST(...) (__VA_ARGS__, SM_Request *request)
 #define AND_REQUEST(...) (__VA_ARGS__, &request)
 
-/* When a wrapper makes its call nonblocking (`iname`, which then completes in storm_complete). */
-enum {
-    COUNTED,        /* point-to-point: whenever the call is counted (blocking and nonblocking calls match) */
-    ALWAYS,         /* collectives, in MPICH: in every mode, so that all ranks' calls match (coll.c) */
-};
-
 /*
- * The wrapper MPI_<name>(params), which calls PMPI_<name>(args) or, to wait otherwise, PMPI_<iname>(iargs,
- * &request) of parameters (iparams, request): the same less the status, if any, which goes to the
- * completion as `status`.
+ * The wrapper MPI_<name>(params) of a point-to-point call, which calls PMPI_<name>(args) or, to wait its
+ * own way, PMPI_<iname>(iargs, &request) of parameters (iparams, request): the same less the status, if
+ * any, which goes to the completion as `status`. `call` is its enum storm_hook_call.
  */
-#define WRAPPER(when, name, params, args, iname, iparams, iargs, status)                                     \
+#define WRAPPER(call, name, params, args, iname, iparams, iargs, status)                                     \
     typedef int iname##_fn WITH_REQUEST iparams;                                                             \
     int MPI_##name params                                                                                    \
     {                                                                                                        \
         struct storm_call c;                                                                                 \
         SM_Request request;                                                                                  \
         int rc;                                                                                              \
-        storm_enter(&c);                                                                                     \
-        if (((when) == ALWAYS ? storm.abi == ABI_MPICH : c.live) && storm.fn[FN_##iname]) {                  \
-            c.test_loop = c.live;                                                                            \
+        storm_enter(&c, call);                                                                               \
+        if (storm_rewrite(&c) && storm.fn[FN_##iname]) {                                                     \
+            c.test_loop = 1;                                                                                 \
             rc = storm_complete(&c, ((iname##_fn *) storm.fn[FN_##iname]) AND_REQUEST iargs, &request,      \
                                 status);                                                                     \
         } else                                                                                               \
             rc = CALL_REAL(name, args);                                                                      \
+        storm_leave(&c);                                                                                     \
+        return rc;                                                                                           \
+    }
+
+/* The wrapper of a call that stays the program's own (MPI_<name>(params) calls PMPI_<name>(args)). */
+#define MEASURED(call, name, params, args)                                                                   \
+    int MPI_##name params                                                                                    \
+    {                                                                                                        \
+        struct storm_call c;                                                                                 \
+        storm_enter(&c, call);                                                                               \
+        int rc = CALL_REAL(name, args);                                                                      \
         storm_leave(&c);                                                                                     \
         return rc;                                                                                           \
     }

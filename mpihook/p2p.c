@@ -1,10 +1,12 @@
 /*
- * Blocking point-to-point calls and waits. Each is counted (hook.h: storm_enter/storm_leave) and becomes
- * its nonblocking form (MPI_Isend, MPI_Irecv, MPI_Improbe, ...) followed by the hook's own test loop
- * (storm_wait), which polls or spin-blocks as storm-nm asks, and can switch to spin-block during the call:
- * a blocking and a nonblocking point-to-point operation match each other, so ranks may wait in different
- * modes. Statuses, indices, counts and error codes are the tests', which
- * MPI defines like the blocking calls' (tests/programs/edges.c checks each against MPICH's blocking call).
+ * Blocking point-to-point calls and waits. Each is counted (hook.h: storm_enter/storm_leave) and, where
+ * hook.h allows it (storm_rewrite: not under MPI_THREAD_MULTIPLE), becomes its nonblocking form (MPI_Isend,
+ * MPI_Irecv, MPI_Improbe, ...) followed by the hook's own test loop (storm_wait), which polls or
+ * spin-blocks as storm-nm asks, and can switch to spin-block during the call: a blocking and a nonblocking
+ * point-to-point operation match each other, so ranks may wait in different modes. Statuses, indices,
+ * counts and error codes are the tests', which MPI defines like the blocking calls' (tests/programs/edges.c
+ * checks each against MPICH's blocking call). Otherwise the call stays MPICH's and spin-blocks in its wait
+ * loop (hook.c, sched_yield).
  */
 #define _GNU_SOURCE
 #include "hook.h"
@@ -76,18 +78,17 @@ static int wait_blocking(struct storm_wait *w)
 #define POLL_CHECK 64u
 int storm_wait(struct storm_call *c, struct storm_wait *w)
 {
-    uint64_t spin_end = c->t0 + c->spin_ns;
     for (unsigned turn = 1;; turn++) {
         int done = 0, rc = test_once(w, &done);
         if (rc != SM_SUCCESS || done)
             return rc;
         if (!c->spinblock) {
-            if (turn % POLL_CHECK == 0 && storm_turn_spinblock(c))
-                spin_end = storm_now() + c->spin_ns;
+            if (turn % POLL_CHECK == 0)
+                storm_turn_spinblock(c, storm_now());
             continue;
         }
         uint64_t now = storm_now();
-        if (now >= spin_end && !storm_block(c, now))
+        if (now - c->spin_from >= c->spin_ns && !storm_block(c, now))
             return wait_blocking(w);
     }
 }
@@ -97,29 +98,27 @@ int storm_complete(struct storm_call *c, int rc, SM_Request *request, void *stat
 {
     if (rc != SM_SUCCESS)
         return rc;
-    if (!c->test_loop)
-        return NB(wait_fn, Wait)(request, status); /* not counted (nested): MPICH's own wait */
     struct storm_wait w = {.kind = WAIT_ONE, .count = 1, .requests = request, .status = status};
     return storm_wait(c, &w);
 }
 
-#define SEND(name, iname, count_t)                                                                           \
-    WRAPPER(COUNTED, name, SEND_PARAMS(count_t), SEND_ARGS, iname, SEND_PARAMS(count_t), SEND_ARGS,  \
+#define SEND(call, name, iname, count_t)                                                                     \
+    WRAPPER(STORM_CALL_##call, name, SEND_PARAMS(count_t), SEND_ARGS, iname, SEND_PARAMS(count_t), SEND_ARGS, \
             SM_STATUS_IGNORE)
 #define SEND_PARAMS(count_t)                                                                                 \
     (const void *buf, count_t count, hk_handle type, int dest, int tag, hk_handle comm)
 #define SEND_ARGS (buf, count, type, dest, tag, comm)
-SEND(Send, Isend, int)
-SEND(Send_c, Isend_c, SM_Count)
-SEND(Ssend, Issend, int)
-SEND(Ssend_c, Issend_c, SM_Count)
-SEND(Bsend, Ibsend, int)
-SEND(Bsend_c, Ibsend_c, SM_Count)
-SEND(Rsend, Irsend, int)
-SEND(Rsend_c, Irsend_c, SM_Count)
+SEND(Send, Send, Isend, int)
+SEND(Send, Send_c, Isend_c, SM_Count)
+SEND(Ssend, Ssend, Issend, int)
+SEND(Ssend, Ssend_c, Issend_c, SM_Count)
+SEND(Bsend, Bsend, Ibsend, int)
+SEND(Bsend, Bsend_c, Ibsend_c, SM_Count)
+SEND(Rsend, Rsend, Irsend, int)
+SEND(Rsend, Rsend_c, Irsend_c, SM_Count)
 
 #define RECV(name, iname, count_t)                                                                           \
-    WRAPPER(COUNTED, name,                                                                            \
+    WRAPPER(STORM_CALL_Recv, name,                                                                           \
             (void *buf, count_t count, hk_handle type, int source, int tag, hk_handle comm, void *status),   \
             (buf, count, type, source, tag, comm, status), iname,                                            \
             (void *buf, count_t count, hk_handle type, int source, int tag, hk_handle comm),                 \
@@ -128,7 +127,7 @@ RECV(Recv, Irecv, int)
 RECV(Recv_c, Irecv_c, SM_Count)
 
 #define MRECV(name, iname, count_t)                                                                          \
-    WRAPPER(COUNTED, name,                                                                            \
+    WRAPPER(STORM_CALL_Mrecv, name,                                                                          \
             (void *buf, count_t count, hk_handle type, SM_Message *message, void *status),                   \
             (buf, count, type, message, status), iname,                                                      \
             (void *buf, count_t count, hk_handle type, SM_Message *message), (buf, count, type, message),    \
@@ -148,8 +147,8 @@ MRECV(Mrecv_c, Imrecv_c, SM_Count)
     {                                                                                                        \
         struct storm_call c;                                                                                 \
         int rc;                                                                                              \
-        storm_enter(&c);                                                                                     \
-        if (c.live && storm.fn[FN_##irecv] && storm.fn[FN_##isend] && storm.fn[FN_Cancel]) {                \
+        storm_enter(&c, STORM_CALL_Sendrecv);                                                                \
+        if (storm_rewrite(&c) && storm.fn[FN_##irecv] && storm.fn[FN_##isend] && storm.fn[FN_Cancel]) {     \
             SM_Request r[2] = {SM_REQUEST_NULL, SM_REQUEST_NULL};                                            \
             c.test_loop = 1;                                                                                 \
             rc = NB(irecv##_fn, irecv)(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[0]);          \
@@ -180,7 +179,7 @@ SENDRECV(Sendrecv_c, Irecv_c, Isend_c, SM_Count)
                    int recvtag, hk_handle comm, void *status)                                                \
     {                                                                                                        \
         struct storm_call c;                                                                                 \
-        storm_enter(&c);                                                                                     \
+        storm_enter(&c, STORM_CALL_Sendrecv_replace);                                                        \
         int rc = CALL_REAL(name, (buf, count, type, dest, sendtag, source, recvtag, comm, status));         \
         storm_leave(&c);                                                                                     \
         return rc;                                                                                           \
@@ -189,11 +188,11 @@ SENDRECV_REPLACE(Sendrecv_replace, int)
 SENDRECV_REPLACE(Sendrecv_replace_c, SM_Count)
 
 /* The calls that wait in a test loop of their own kind rather than on one request they start. */
-#define WAITING(nonblocking, wait_init, real_call)                                                           \
+#define WAITING(call, nonblocking, wait_init, real_call)                                                     \
     struct storm_call c;                                                                                     \
     int rc;                                                                                                  \
-    storm_enter(&c);                                                                                         \
-    if (c.live && storm.fn[FN_##nonblocking]) {                                                              \
+    storm_enter(&c, STORM_CALL_##call);                                                                      \
+    if (storm_rewrite(&c) && storm.fn[FN_##nonblocking]) {                                                   \
         struct storm_wait w = wait_init;                                                                     \
         c.test_loop = 1;                                                                                     \
         rc = storm_wait(&c, &w);                                                                             \
@@ -207,13 +206,13 @@ SENDRECV_REPLACE(Sendrecv_replace_c, SM_Count)
 
 int MPI_Probe(int source, int tag, hk_handle comm, void *status)
 {
-    WAITING(Iprobe, INIT(.kind = WAIT_PROBE, .source = source, .tag = tag, .comm = comm, .status = status),
+    WAITING(Probe, Iprobe, INIT(.kind = WAIT_PROBE, .source = source, .tag = tag, .comm = comm, .status = status),
             CALL_REAL(Probe, (source, tag, comm, status)))
 }
 
 int MPI_Mprobe(int source, int tag, hk_handle comm, SM_Message *message, void *status)
 {
-    WAITING(Improbe,
+    WAITING(Mprobe, Improbe,
             INIT(.kind = WAIT_MPROBE, .source = source, .tag = tag, .comm = comm, .message = message,
                  .status = status),
             CALL_REAL(Mprobe, (source, tag, comm, message, status)))
@@ -221,26 +220,26 @@ int MPI_Mprobe(int source, int tag, hk_handle comm, SM_Message *message, void *s
 
 int MPI_Wait(SM_Request *request, void *status)
 {
-    WAITING(Test, INIT(.kind = WAIT_ONE, .count = 1, .requests = request, .status = status),
+    WAITING(Wait, Test, INIT(.kind = WAIT_ONE, .count = 1, .requests = request, .status = status),
             CALL_REAL(Wait, (request, status)))
 }
 
 int MPI_Waitall(int count, SM_Request *requests, void *statuses)
 {
-    WAITING(Testall, INIT(.kind = WAIT_ALL, .count = count, .requests = requests, .status = statuses),
+    WAITING(Waitall, Testall, INIT(.kind = WAIT_ALL, .count = count, .requests = requests, .status = statuses),
             CALL_REAL(Waitall, (count, requests, statuses)))
 }
 
 int MPI_Waitany(int count, SM_Request *requests, int *index, void *status)
 {
-    WAITING(Testany,
+    WAITING(Waitany, Testany,
             INIT(.kind = WAIT_ANY, .count = count, .requests = requests, .index = index, .status = status),
             CALL_REAL(Waitany, (count, requests, index, status)))
 }
 
 int MPI_Waitsome(int incount, SM_Request *requests, int *outcount, int *indices, void *statuses)
 {
-    WAITING(Testsome,
+    WAITING(Waitsome, Testsome,
             INIT(.kind = WAIT_SOME, .count = incount, .requests = requests, .index = outcount,
                  .indices = indices, .status = statuses),
             CALL_REAL(Waitsome, (incount, requests, outcount, indices, statuses)))

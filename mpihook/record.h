@@ -26,11 +26,34 @@
 #include <stdint.h>
 
 #define STORM_HOOK_MAGIC 0x314b484d524f5453ULL /* "STORMHK1", little-endian */
-#define STORM_HOOK_VERSION 1u
+#define STORM_HOOK_VERSION 2u
 
 /* flags */
 #define STORM_HOOK_ACTIVE 1u     /* the rank entered MPI through the hook: statistics are live */
 #define STORM_HOOK_FOREIGN_MPI 2u /* not an MPICH-ABI library: calls pass straight through, no statistics */
+/* The program may call MPI from several threads at once (MPI_THREAD_MULTIPLE, or MPI used without
+ * MPI_Init): every call stays the program's own blocking call, waits spin-block inside MPICH's wait loop,
+ * and the statistics are those of one thread's calls at a time. */
+#define STORM_HOOK_THREAD_MULTIPLE 4u
+/* Blocking collectives over shared memory cannot spin-block: MPICH's shared-memory algorithms for them
+ * wait in loops that never yield (MPIR_CVAR_<COLL>_POSIX_INTRA_ALGORITHM is not "mpir"; see hook.c). */
+#define STORM_HOOK_COLLECTIVES_POLL 8u
+
+/* stats.call: the blocking call the rank is in (in_call) or was in last, 1 for the first listed here, ...;
+ * the large-count forms (MPI_Send_c) are their plain form's. 0: none yet. */
+#define STORM_HOOK_CALLS(X)                                                                                  \
+    X(Send) X(Ssend) X(Bsend) X(Rsend) X(Recv) X(Sendrecv) X(Sendrecv_replace) X(Probe) X(Mprobe) X(Mrecv)   \
+    X(Wait) X(Waitall) X(Waitany) X(Waitsome) X(Barrier) X(Bcast) X(Reduce) X(Allreduce) X(Gather)          \
+    X(Gatherv) X(Scatter) X(Scatterv) X(Allgather) X(Allgatherv) X(Alltoall) X(Alltoallv) X(Alltoallw)      \
+    X(Reduce_scatter) X(Reduce_scatter_block) X(Scan) X(Exscan)
+
+enum storm_hook_call {
+    STORM_CALL_NONE,
+#define STORM_CALL_ENUM(name) STORM_CALL_##name,
+    STORM_HOOK_CALLS(STORM_CALL_ENUM)
+#undef STORM_CALL_ENUM
+    STORM_CALL_COUNT
+};
 
 /* control.wait_mode */
 #define STORM_WAIT_POLL 0u       /* busy-wait in blocking calls, as MPICH does (the default) */
@@ -46,7 +69,7 @@ struct storm_hook_header { /* 64 bytes */
     uint8_t reserved[32];
 };
 
-struct storm_hook_stats { /* 88 bytes: written by the hook only */
+struct storm_hook_stats { /* 96 bytes: written by the hook only */
     uint64_t seq;         /* the number of the last completed update (stored last) */
     int32_t pid;          /* 0 until the rank entered MPI through the hook */
     int32_t rank;         /* rank in MPI_COMM_WORLD */
@@ -59,6 +82,8 @@ struct storm_hook_stats { /* 88 bytes: written by the hook only */
     uint64_t exit_ns;     /* exit from the last blocking call */
     uint64_t spin_ns;     /* of comm_ns, time spent spinning in spin-block mode */
     uint64_t block_ns;    /* of comm_ns, time spent not using the CPU in spin-block mode */
+    uint32_t call;        /* enum storm_hook_call: the call entered last */
+    uint32_t reserved;
     uint64_t seq_end;     /* the number of the update under way or last completed (stored first) */
 };
 

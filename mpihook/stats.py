@@ -20,19 +20,29 @@ from dataclasses import dataclass
 import posix_ipc
 
 MAGIC = 0x314B484D524F5453  # "STORMHK1"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct("<QIIII Q 32x")  # magic, version, nranks, record_size, reserved, job_id
-# seq pid rank flags in_call | calls events comm_ns enter_ns exit_ns spin_ns block_ns | seq_end
-STATS = struct.Struct("<Q ii II QQQQQQQ Q")
+# seq pid rank flags in_call | calls events comm_ns enter_ns exit_ns spin_ns block_ns | call _ | seq_end
+STATS = struct.Struct("<Q ii II QQQQQQQ II Q")
 CONTROL = struct.Struct("<II 24x")  # wait_mode, spin_ns
 RECORD_SIZE = 256
 CONTROL_OFFSET = 128
 
 ACTIVE = 1
 FOREIGN_MPI = 2
+THREAD_MULTIPLE = 4  # every call stays blocking; one thread's calls counted at a time
+COLLECTIVES_POLL = 8  # blocking collectives on shared memory cannot spin-block
 WAIT_POLL = 0
 WAIT_SPINBLOCK = 1
 READ_TRIES = 20
+# record.h's STORM_HOOK_CALLS: the call a rank is in is CALLS[call - 1] (0: none yet).
+CALLS = (
+    "MPI_Send", "MPI_Ssend", "MPI_Bsend", "MPI_Rsend", "MPI_Recv", "MPI_Sendrecv", "MPI_Sendrecv_replace",
+    "MPI_Probe", "MPI_Mprobe", "MPI_Mrecv", "MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome",
+    "MPI_Barrier", "MPI_Bcast", "MPI_Reduce", "MPI_Allreduce", "MPI_Gather", "MPI_Gatherv", "MPI_Scatter",
+    "MPI_Scatterv", "MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall", "MPI_Alltoallv", "MPI_Alltoallw",
+    "MPI_Reduce_scatter", "MPI_Reduce_scatter_block", "MPI_Scan", "MPI_Exscan",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,10 +60,16 @@ class RankCounters:
     exit_ns: int
     spin_ns: int
     block_ns: int
+    call: int = 0  # record.h's enum storm_hook_call
 
     @property
     def active(self) -> bool:
         return bool(self.flags & ACTIVE)
+
+    @property
+    def call_name(self) -> str:
+        """The blocking call the rank is in (or was in last), e.g. "MPI_Allreduce"; "" if none."""
+        return CALLS[self.call - 1] if 0 < self.call <= len(CALLS) else ""
 
 
 def segment_name(job_id: int, node_index: int) -> str:
@@ -63,12 +79,12 @@ def segment_name(job_id: int, node_index: int) -> str:
 
 def _parse(data: bytes, offset: int) -> RankCounters | None:
     fields = STATS.unpack_from(data, offset)
-    seq, pid, rank, flags, in_call, calls, events, comm, enter, exit_, spin, block, seq_end = fields
+    seq, pid, rank, flags, in_call, calls, events, comm, enter, exit_, spin, block, call, _, seq_end = fields
     if seq != seq_end:
         return None  # copied while the hook was writing
     return RankCounters(
         pid=pid, rank=rank, flags=flags, in_call=bool(in_call), calls=calls, events=events, comm_ns=comm,
-        enter_ns=enter, exit_ns=exit_, spin_ns=spin, block_ns=block,
+        enter_ns=enter, exit_ns=exit_, spin_ns=spin, block_ns=block, call=call,
     )  # fmt: skip
 
 

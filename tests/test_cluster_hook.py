@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from storm.mm import protocol as p
+from storm.tools import bench_hook as bench
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 from tests.conftest import JOB_TIMEOUT, poll, python_app, run_job, storm_cli
 
 pytestmark = pytest.mark.slow
+PROGRAMS = Path(__file__).parent / "programs"
 
 
 def hook_segments(job_id: int) -> set[str]:
@@ -117,3 +119,38 @@ def test_a_node_configured_without_the_hook_preloads_it_into_no_job(
         ended = run_job(client, [sys.executable, "-c", SHARED], 2, tmp_path)
     assert ended.state == "COMPLETED" and ended.hook  # the job asked for it; the nodes said no
     assert rank_lines(ended.id, tmp_path) == ["rank 0: shared 2 hook False", "rank 1: shared 2 hook False"]
+
+
+DIST_GRAPH = (
+    "from mpi4py import MPI\n"
+    "world = MPI.COMM_WORLD\n"
+    "rank, size = world.Get_rank(), world.Get_size()\n"
+    "for weights in (MPI.UNWEIGHTED, [1, 2, 3]):\n"
+    "    topo = world.Create_dist_graph([rank], [3], [(rank - 1) % size, rank, (rank + 1) % size], weights)\n"
+    "    counts = topo.Get_dist_neighbors_count()\n"
+    "    topo.Free()\n"
+    "print(f'rank {rank}: neighbours {counts}', flush=True)\n"
+)
+
+
+def test_programs_that_hang_on_mpichs_network_path_within_a_host_run_as_under_mpiexec(
+    client: Client, tmp_path: Path
+) -> None:
+    """MPI_Dist_graph_create (mpi4py's testDistgraphcomm) and two threads in MPI at once (the nxtval-threads
+    demo) hang in MPICH 5.0.2 on its UCX path between processes of one host (plain mpiexec with
+    MPIR_CVAR_NOLOCAL=1 hangs too). Both ran that way under storm while each node manager was a node of its
+    own; the ranks of a local cluster now share memory, as under mpiexec."""
+    threads = tmp_path / "threads"
+    bench.mpicc(PROGRAMS / "threads.c", threads, "-pthread")
+    out = tmp_path / "out-%j-%t"
+    for argv, want in (
+        (
+            [sys.executable, "-c", DIST_GRAPH],
+            ["rank 0: neighbours (3, 3, True)", "rank 1: neighbours (3, 3, True)"],
+        ),
+        ([str(threads)], ["threads: 0 of 400 numbers handed out wrongly"]),
+    ):
+        ended = run_job(client, argv, 2, tmp_path, time_limit=60.0, output=str(out))
+        assert ended.state == "COMPLETED" and set(ended.nodes) == {"node0", "node1"}, ended
+        lines = [line for r in (0, 1) for line in (tmp_path / f"out-{ended.id}-{r}").read_text().splitlines()]
+        assert sorted(lines) == want, lines

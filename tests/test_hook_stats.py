@@ -30,7 +30,8 @@ def segment() -> Iterator[HookSegment]:
 
 def write_record(seg: HookSegment, index: int, seq: int, seq_end: int, events: int) -> None:
     """Write a record as a hook would (or a torn one)."""
-    write_fields(seg, index, (seq, 4242, index, 1, 0, events * 2, events, events * 1000, 5, 6, 0, 0, seq_end))
+    fields = (seq, 4242, index, 1, 0, events * 2, events, events * 1000, 5, 6, 0, 0, 15, 0, seq_end)
+    write_fields(seg, index, fields)
 
 
 def write_fields(seg: HookSegment, index: int, fields: tuple[int, ...]) -> None:
@@ -52,7 +53,7 @@ def test_a_consistent_record_is_read_and_a_torn_one_is_not(segment: HookSegment)
     write_record(segment, 1, seq=6, seq_end=6, events=10)
     record = segment.read(1)
     assert record is not None and record.active and record.events == 10 and record.comm_ns == 10_000
-    assert record.pid == 4242 and record.rank == 1
+    assert record.pid == 4242 and record.rank == 1 and record.call_name == "MPI_Barrier"  # call 15
     write_record(segment, 2, seq=6, seq_end=7, events=11)  # an update under way
     assert segment.read(2) is None
     assert segment.read_all()[1] == record

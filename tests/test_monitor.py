@@ -27,7 +27,23 @@ def hook_writes(
     seg: HookSegment, index: int, *, events: int, comm: int, block: int = 0, in_call: bool = False
 ) -> None:
     """Write a record as the rank's hook would (consistent: seq == seq_end)."""
-    fields = (events, 100 + index, index, 1, int(in_call), events, events, comm, 0, 0, 0, block, events)
+    fields = (
+        events,
+        100 + index,
+        index,
+        1,
+        int(in_call),
+        events,
+        events,
+        comm,
+        0,
+        0,
+        0,
+        block,
+        18,
+        0,
+        events,
+    )
     write_fields(seg, index, fields)
 
 

@@ -101,16 +101,20 @@ def test_record_h_and_stats_py_agree(tmp_path: Path) -> None:
         "storm_hook_header": ["magic", "version", "nranks", "record_size", "reserved0", "job_id"],
         "storm_hook_stats": [
             "seq", "pid", "rank", "flags", "in_call", "calls", "events", "comm_ns", "enter_ns", "exit_ns",
-            "spin_ns", "block_ns", "seq_end",
+            "spin_ns", "block_ns", "call", "reserved", "seq_end",
         ],
         "storm_hook_control": ["wait_mode", "spin_ns"],
     }  # fmt: skip
     constants = ["STORM_HOOK_MAGIC", "STORM_HOOK_VERSION", "STORM_HOOK_ACTIVE", "STORM_HOOK_FOREIGN_MPI"]
-    constants += ["STORM_WAIT_POLL", "STORM_WAIT_SPINBLOCK"]
+    constants += ["STORM_HOOK_THREAD_MULTIPLE", "STORM_HOOK_COLLECTIVES_POLL"]
+    constants += ["STORM_WAIT_POLL", "STORM_WAIT_SPINBLOCK", "STORM_CALL_COUNT"]
     lines = [f'P("{s}.{f}", offsetof(struct {s}, {f}));' for s, names in fields.items() for f in names]
     lines += [f'P("sizeof {s}", sizeof(struct {s}));' for s in [*fields, "storm_hook_record"]]
     lines += ['P("control offset", offsetof(struct storm_hook_record, control));']
     lines += [f'P("{c}", {c});' for c in constants]
+    lines += [
+        f'P("MPI_{name}", STORM_CALL_{name});' for name in (n.removeprefix("MPI_") for n in stats.CALLS)
+    ]
     source = (
         '#include <stddef.h>\n#include <stdio.h>\n#include "record.h"\n'
         '#define P(name, value) printf("%s %llu\\n", name, (unsigned long long) (value))\n'
@@ -129,6 +133,11 @@ def test_record_h_and_stats_py_agree(tmp_path: Path) -> None:
     want |= {"sizeof storm_hook_record": stats.RECORD_SIZE, "control offset": stats.CONTROL_OFFSET}
     want |= {"STORM_HOOK_MAGIC": stats.MAGIC, "STORM_HOOK_VERSION": stats.VERSION}
     want |= {"STORM_HOOK_ACTIVE": stats.ACTIVE, "STORM_HOOK_FOREIGN_MPI": stats.FOREIGN_MPI}
+    want |= {
+        "STORM_HOOK_THREAD_MULTIPLE": stats.THREAD_MULTIPLE,
+        "STORM_HOOK_COLLECTIVES_POLL": stats.COLLECTIVES_POLL,
+    }
+    want |= {"STORM_CALL_COUNT": len(stats.CALLS) + 1} | {name: i + 1 for i, name in enumerate(stats.CALLS)}
     want |= {"STORM_WAIT_POLL": stats.WAIT_POLL, "STORM_WAIT_SPINBLOCK": stats.WAIT_SPINBLOCK}
     assert {k: int(v) for k, v in got.items()} == want
 
@@ -233,13 +242,18 @@ def test_accuracy_spin_blocking(language: str, hook: Path, bsp_probe_c: Path, tm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op", ["sendrecv", "allreduce"])
+@pytest.mark.parametrize(
+    ("op", "threads"),
+    [("sendrecv", False), ("allreduce", False), ("barrier", False), ("bcast", False), ("sendrecv", True)],
+)
 def test_spin_block_gives_the_cpu_away_and_the_nm_switches_modes_at_any_time(
-    op: str, hook: Path, pingpong: Path
+    op: str, threads: bool, hook: Path, pingpong: Path
 ) -> None:
-    """Rank 1 waits (MPI_Recv, or MPI_Allreduce) for rank 0, stopped for a second: polling it keeps a CPU
-    busy, spin-blocking it does not; switched in the middle of a wait, the rest of the wait follows."""
-    poll, turned, spinblock, back = bench.stopped_peer(pingpong, hook, op, seconds=1.0)
+    """Rank 1 waits (MPI_Recv, MPI_Allreduce, MPI_Barrier, MPI_Bcast) for rank 0, stopped for a second:
+    polling it keeps a CPU busy, spin-blocking it does not; switched in the middle of a wait, the rest of the
+    wait follows. In the hook's test loop (point-to-point) and in MPICH's own wait loop (collectives, and
+    every call under MPI_THREAD_MULTIPLE)."""
+    poll, turned, spinblock, back = bench.stopped_peer(pingpong, hook, op, seconds=1.0, threads=threads)
     assert poll.demanded > 0.8, poll
     assert turned.used < 0.10 and turned.block_ns > 0.9 * turned.seconds, turned  # poll, then spin-block
     assert spinblock.used < 0.10, spinblock
@@ -336,6 +350,80 @@ def test_statuses_and_results_are_those_of_the_blocking_calls(
     else:
         assert "1: pickle recv: source=0 tag=7 count=137" in plain and "1: waitany null: True" in plain
         assert "0: alltoall: ['0->0', '1->0']" in plain and "1: allreduce: 3" in plain
+
+
+def build(name: str, built: Path, *flags: str) -> Path:
+    binary = built / name
+    assert "warning" not in bench.mpicc(PROGRAMS / f"{name}.c", binary, *flags)
+    return binary
+
+
+def outcome(
+    program: list[str], nranks: int, hook: Path | None, mode: int, env: dict[str, str] | None = None
+) -> tuple[list[str], list[RankCounters | None]]:
+    """A program's output lines (sorted) and its records: without the hook (hook None), polling or
+    spin-blocking (a short spin: most waits block)."""
+    with bench.hook_segment(nranks, mode, spin_ns=10_000) as seg:
+        argv = bench.command(program, nranks, hook=hook, segment=seg.name if hook else None, env=env)
+        done = bench.run(argv, timeout=60)
+        assert done.returncode == 0 and done.stderr == "", done
+        return sorted(done.stdout.splitlines()), seg.read_all()
+
+
+@pytest.mark.parametrize("mode", [WAIT_POLL, WAIT_SPINBLOCK])
+def test_a_barrier_never_matches_an_outstanding_nonblocking_collective(
+    mode: int, hook: Path, built: Path
+) -> None:
+    """A Barrier issued while an Iallreduce is outstanding, in another order on other ranks: MPICH matches
+    it with the others' Barrier, under the hook too (it once ran every collective as its nonblocking form:
+    20 wrong sums in 20)."""
+    program = [str(build("collective_order", built))]
+    plain, _ = outcome(program, 2, None, WAIT_POLL)
+    assert plain == ["rank 0: 0 of 20 sums wrong", "rank 1: 0 of 20 sums wrong"]
+    hooked, records = outcome(program, 2, hook, mode)
+    assert hooked == plain
+    assert all(r is not None and r.active and r.calls >= 40 for r in records), records
+
+
+@pytest.mark.parametrize("mode", [WAIT_POLL, WAIT_SPINBLOCK])
+def test_intercommunicator_collectives_with_mpi_root_and_proc_null(
+    mode: int, hook: Path, built: Path
+) -> None:
+    """Bcast and Gather over an intercommunicator, the root's group passing MPI_ROOT and MPI_PROC_NULL with
+    counts from zero (mpi4py's test_cco_buf_inter): as its nonblocking form this hung in MPICH."""
+    program = [str(build("intercomm", built))]
+    plain, _ = outcome(program, 4, None, WAIT_POLL)
+    assert plain == [f"rank {r}: 0 wrong" for r in range(4)]
+    hooked, records = outcome(program, 4, hook, mode)
+    assert hooked == plain
+    assert all(r is not None and r.active and r.calls > 0 for r in records), records
+
+
+@pytest.mark.parametrize("mode", [WAIT_POLL, WAIT_SPINBLOCK])
+def test_two_threads_in_mpi_at_once(mode: int, hook: Path, built: Path) -> None:
+    """MPI_THREAD_MULTIPLE, a counter server thread beside the main thread (mpi4py's nxtval-threads demo):
+    every number is handed out once, the record says the hook left the calls blocking, and it counts calls
+    (one thread's at a time) without ever tearing the record."""
+    program = [str(build("threads", built, "-pthread"))]
+    plain, _ = outcome(program, 2, None, WAIT_POLL)
+    assert plain == ["threads: 0 of 400 numbers handed out wrongly"]
+    hooked, records = outcome(program, 2, hook, mode)
+    assert hooked == plain
+    for r in records:
+        assert r is not None and r.active and r.flags & stats.THREAD_MULTIPLE and r.calls >= 400, r
+        assert not r.flags & stats.COLLECTIVES_POLL, r  # the harness sets what storm sets for spin-block
+
+
+def test_a_single_threaded_program_is_flagged_so_and_collectives_that_cannot_yield_are_flagged(
+    hook: Path, built: Path
+) -> None:
+    program = [str(build("collective_order", built))]
+    _, records = outcome(program, 2, hook, WAIT_POLL)
+    assert all(r is not None and r.flags == stats.ACTIVE for r in records), records
+    shm_barrier = {"MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM": "release_gather"}
+    _, records = outcome(program, 2, hook, WAIT_POLL, env=shm_barrier)
+    assert all(r is not None and r.flags == stats.ACTIVE | stats.COLLECTIVES_POLL for r in records), records
+    assert all(r is not None and r.call_name == "MPI_Wait" for r in records), records  # each rank's last call
 
 
 def test_back_to_back_calls_are_one_event_and_counters_carry_on(hook: Path, bsp_c: Path) -> None:

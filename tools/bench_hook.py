@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from storm import mpihook
+from storm.mpihook import SPIN_BLOCK_ENVIRONMENT
 from storm.mpihook.stats import WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters, segment_name
 from storm.tools import apps
 from storm.tools.local_cluster import wait_for
@@ -206,9 +207,11 @@ def command(
     env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """An mpiexec command line that preloads ``hook`` in the ranks only (never in mpiexec or its proxies,
-    which -genv does not reach) and gives each rank its record of ``segment``."""
+    which -genv does not reach) and gives each rank its record of ``segment``. Ranks get what storm gives
+    them on a node that may ask them to spin-block (MPICH's collectives over point-to-point messages), hooked
+    or not, so that a comparison isolates the hook."""
     argv = [str(BIN / "mpiexec")]
-    variables = dict(env or {})
+    variables = {**SPIN_BLOCK_ENVIRONMENT, **(env or {})}
     if hook is not None:
         variables["LD_PRELOAD"] = str(hook)
     if segment is not None:
@@ -529,13 +532,16 @@ def hold(segment: HookSegment, pid: int, label: str, seconds: float) -> Hold:
     return Hold(label=label, seconds=elapsed, used=used, demanded=demanded)
 
 
-def stopped_peer(pingpong: Path, hook: Path, op: str = "sendrecv", seconds: float = 1.0) -> list[Hold]:
+def stopped_peer(
+    pingpong: Path, hook: Path, op: str = "sendrecv", seconds: float = 1.0, threads: bool = False
+) -> list[Hold]:
     """Rank 1 waiting for a stopped rank 0: polling, then switched to spin-block mid-wait; spin-blocking, then
-    switched to polling mid-wait."""
+    switched to polling mid-wait. ``threads``: MPI_THREAD_MULTIPLE (the hook leaves the calls blocking)."""
     holds = []
+    args = ["--op", op, "--threads", "1" if threads else "0"]
     with (
         hook_segment(2) as segment,
-        running_pingpong(pingpong, hook, ["--op", op], segment) as (_, pid0, pid1),
+        running_pingpong(pingpong, hook, args, segment) as (_, pid0, pid1),
     ):
         for mode, label in ((WAIT_POLL, "poll"), (WAIT_SPINBLOCK, "spin-block")):
             switch(segment, mode)

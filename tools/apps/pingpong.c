@@ -1,9 +1,11 @@
 /*
- * Round trips between two ranks, timed by rank 0: a small message there and back (MPI_Send, MPI_Recv), or
- * an MPI_Allreduce. mpihook's tests and benchmark (tools/bench_hook.py) run it to compare wait modes within
- * one run, switching them while it runs, and to make a rank wait while the other is stopped.
+ * Round trips between two ranks, timed by rank 0: a small message there and back (MPI_Send, MPI_Recv), an
+ * MPI_Allreduce, an MPI_Bcast from rank 0, or an MPI_Barrier followed by that MPI_Bcast. mpihook's tests and
+ * benchmark (tools/bench_hook.py) run it to compare wait modes within one run, switching them while it
+ * runs, and to make a rank wait while the other is stopped. --threads 1 initializes MPI with
+ * MPI_THREAD_MULTIPLE (the hook then leaves every call blocking).
  *
- *   pingpong [--seconds S] [--bytes N] [--op sendrecv|allreduce] [--window MS]
+ *   pingpong [--seconds S] [--bytes N] [--op sendrecv|allreduce|bcast|barrier] [--window MS] [--threads 0|1]
  *
  * Rank 0 prints one line per window of MS milliseconds (default 10) of round trips:
  *   window START_NS END_NS COUNT MEDIAN_NS MIN_NS
@@ -46,8 +48,8 @@ static int compare(const void *a, const void *b)
 
 static void usage(const char *what)
 {
-    fprintf(stderr, "pingpong: %s\nusage: pingpong [--seconds S] [--bytes N] [--op sendrecv|allreduce] "
-                    "[--window MS]\n", what);
+    fprintf(stderr, "pingpong: %s\nusage: pingpong [--seconds S] [--bytes N] "
+                    "[--op sendrecv|allreduce|bcast|barrier] [--window MS] [--threads 0|1]\n", what);
     exit(2);
 }
 
@@ -83,7 +85,9 @@ int main(int argc, char **argv)
 {
     double seconds = 2.0, window_ms = 10.0;
     long bytes = 8;
-    int allreduce = 0;
+    enum { SENDRECV, ALLREDUCE, BCAST, BARRIER } op = SENDRECV;
+    static const char *const ops[] = {"sendrecv", "allreduce", "bcast", "barrier"};
+    int threads = 0, found;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             usage("every option takes a value");
@@ -95,14 +99,20 @@ int main(int argc, char **argv)
             continue;
         if (!strcmp(opt, "--bytes") && (bytes = strtol(value, &end, 10)) >= 1 && bytes < (1L << 30) && !*end)
             continue;
-        if (!strcmp(opt, "--op") && (!strcmp(value, "sendrecv") || !strcmp(value, "allreduce"))) {
-            allreduce = value[0] == 'a';
+        if (!strcmp(opt, "--threads") && (!strcmp(value, "0") || !strcmp(value, "1"))) {
+            threads = value[0] == '1';
             continue;
         }
+        found = 0;
+        for (int k = 0; k < (int) (sizeof ops / sizeof *ops); k++)
+            if (!strcmp(opt, "--op") && !strcmp(value, ops[k]))
+                op = k, found = 1;
+        if (found)
+            continue;
         usage("bad option or value");
     }
-    int rank, size;
-    MPI_Init(&argc, &argv);
+    int rank, size, provided;
+    MPI_Init_thread(&argc, &argv, threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     signal(SIGUSR1, on_usr1);
@@ -122,9 +132,13 @@ int main(int argc, char **argv)
         uint64_t t0 = now_ns();
         if (rank == 0)
             stop = stop_now || t0 - start >= (uint64_t) (seconds * 1e9);
-        if (allreduce) {
+        if (op == ALLREDUCE) {
             int mine = stop;
             MPI_Allreduce(&mine, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        } else if (op == BCAST || op == BARRIER) {
+            if (op == BARRIER)
+                MPI_Barrier(MPI_COMM_WORLD);
+            MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
         } else if (rank == 0) {
             buf[0] = (unsigned char) stop;
             MPI_Send(buf, (int) bytes, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
