@@ -100,6 +100,8 @@ class NMConfig:
     # CURVE: this node's key pair (NAME.key_secret) and the MM's public key (mm.key); both or neither.
     key: str = ""
     mm_key: str = ""
+    # MPI_Comm_spawn: live spawned processes a job may have per PE it holds on this node (0: no spawning).
+    spawn_limit: int = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,6 +249,8 @@ def _validate(config: StormConfig) -> None:
             raise ConfigError(f"{where}: {level!r} is not one of debug, info, warning, error")
     if config.nm.pes < 0 or config.nm.kill_grace < 0:
         raise ConfigError("nm.pes and nm.kill_grace must not be negative")
+    if not 0 <= config.nm.spawn_limit <= 4096:
+        raise ConfigError("nm.spawn_limit must be between 0 (no spawning) and 4096")
     _validate_keys(config)
 
 

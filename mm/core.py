@@ -26,6 +26,7 @@ from storm.mm.protocol import (
     JobInfo,
     JobLaunched,
     JobNodeDone,
+    JobSpawned,
     JobStats,
     KillJob,
     MatrixView,
@@ -34,13 +35,17 @@ from storm.mm.protocol import (
     NodeStatus,
     PmiBarrierIn,
     PmiBarrierOut,
+    PmiName,
+    PmiNameResult,
     RankFailed,
     RegisterNode,
     Reregister,
+    SpawnFailed,
+    SpawnsView,
     StatsView,
 )
 from storm.mm.rights import may_manage
-from storm.mm.runs import Runs, Tracking
+from storm.mm.runs import Runs, Tracking, spawn_counts
 from storm.mm.store import Store
 
 log = logging.getLogger("storm.mm")
@@ -445,6 +450,56 @@ class Controller(Runs):
             track.last_barrier = (msg.seq, merged)
             for node in job.nodes:
                 self.outbox.append((node, PmiBarrierOut(job_id=job.id, seq=msg.seq, kvs=merged)))
+        return None
+
+    # ---------------------------------------------------------------------------------------------- dynamic
+
+    def job_spawned(self, msg: JobSpawned, now: float) -> Error | None:
+        """A node started the processes of an MPI_Comm_spawn of the job, or refused one: counted."""
+        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
+        if refused is not None:
+            return refused
+        job = self.active.get(msg.job_id)
+        if job is not None and msg.node in job.nodes:
+            self.count_spawn(msg)
+        return None
+
+    def spawn_failed(self, msg: SpawnFailed, now: float) -> Error | None:
+        """A spawned process failed: the job ends FAILED, as when one of its ranks fails."""
+        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
+        if refused is not None:
+            return refused
+        job = self.active.get(msg.job_id)
+        if job is not None and msg.node in job.nodes and msg.node not in self.tracking[job.id].done:
+            self._end(job, JobState.FAILED, msg.exit.status, msg.describe(), now)
+        return None
+
+    def spawns_view(self, job_id: int) -> SpawnsView:
+        if self.job(job_id) is None:
+            raise Rejected("unknown_job", f"no job {job_id}")
+        return spawn_counts(self.store.get_meta(f"spawns:{job_id}"), job_id)
+
+    def pmi_name(self, msg: PmiName, now: float) -> Error | None:
+        """A process's MPI_Publish_name, MPI_Lookup_name or MPI_Unpublish_name, answered at once to its node
+        (names: see mm/runs.py)."""
+        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
+        if refused is not None:
+            return refused
+        job = self.active.get(msg.job_id)
+        port, error = "", f"storm: job {msg.job_id} has ended"
+        if job is not None and job.ending is None and msg.node in job.nodes:
+            port, error = self.names.request(
+                msg.action,
+                uid=job.spec.uid,
+                user=job.spec.user,
+                job_id=job.id,
+                service=msg.service,
+                port=msg.port,
+            )
+        elif job is not None and job.ending is not None:
+            error = f"storm: job {msg.job_id} is ending ({job.reason})"
+        result = PmiNameResult(job_id=msg.job_id, seq=msg.seq, ok=not error, port=port, error=error)
+        self.outbox.append((msg.node, result))
         return None
 
     def _foreign(self, node_name: str, job_id: int, what: str, now: float) -> Error | None:

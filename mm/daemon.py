@@ -415,6 +415,8 @@ class MachineManager:
                 return p.JobList(req=msg.req, jobs=tuple(infos))
             case p.ListNodes():
                 return p.NodeList(req=msg.req, nodes=tuple(self.core.node_infos()))
+            case p.GetSpawns():
+                return dataclasses.replace(self.core.spawns_view(msg.job_id), req=msg.req)
         raise Rejected("bad_request", f"{msg.op} is not a client request")
 
     # ---------------------------------------------------------------------------------------------- nodes
@@ -460,6 +462,12 @@ class MachineManager:
                 reply = self.core.pmi_barrier_in(msg, now)
             case p.JobStats():
                 reply = self.core.job_stats(msg, now)
+            case p.JobSpawned():
+                reply = self.core.job_spawned(msg, now)
+            case p.SpawnFailed():
+                reply = self.core.spawn_failed(msg, now)
+            case p.PmiName():
+                reply = self.core.pmi_name(msg, now)
             case _:
                 reply = p.Error(code="bad_request", text=f"{msg.op} is not a node message")
         if reply is not None:

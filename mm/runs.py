@@ -14,12 +14,26 @@ only once the last run's nodes that are UP have stopped reporting on it (mm/requ
 ranks may still run (a partition), is not placed again until it has stopped them, and what it says of the
 last run (a launch, a failed rank, a final report) is not taken for the next, which runs on other nodes.
 
+MPI's name service lives here too (:class:`Names`), since a name lives as long as the run that published
+it: MPI_Publish_name / MPI_Lookup_name / MPI_Unpublish_name from any process of a job (PMI-1 publish_name
+and friends, relayed by its job shell and node manager) act on the names of the job's user. A name is owned
+by the job that published it until that job unpublishes it or ends; another job of the user cannot publish
+the same name meanwhile, nor unpublish it, and a lookup of a name nobody published fails at once (MPI
+never waits for a name here). The names are soft state, in memory only: a restarted storm-mm knows none (a
+lookup fails until the owner publishes again; its port is still open), which costs a running program at
+most a failed lookup, and keeps SQLite out of a rank's path.
+
+What jobs spawned (MPI_Comm_spawn, counted as node managers report it) is kept durably in the store's meta
+table under ``spawns:<job id>``, over all of a job's runs, for ``storm show``; a spawn reported while the MM
+was down is not counted.
+
 The Controller (mm/core.py) decides when, from what arrives; everything here is called from it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -28,7 +42,17 @@ from storm.mm.config import MMConfig
 from storm.mm.jobs import Job, JobState, advance, outcome, requeue
 from storm.mm.matrix import Matrix, Placement
 from storm.mm.nodes import UP, NodeRegistry
-from storm.mm.protocol import FcsParameters, JobRows, KillJob, LaunchJob, Message, RankExit, RankSlot
+from storm.mm.protocol import (
+    FcsParameters,
+    JobRows,
+    JobSpawned,
+    KillJob,
+    LaunchJob,
+    Message,
+    RankExit,
+    RankSlot,
+    SpawnsView,
+)
 from storm.mm.reports import Reports
 from storm.mm.requeue import Echoes
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
@@ -56,6 +80,64 @@ class Tracking:
     last_barrier: tuple[int, dict[str, str]] | None = None
     # Each node's launch until the job runs: sent again to a node whose NM restarted before it arrived.
     launches: dict[str, LaunchJob] = field(default_factory=dict)
+    # Spawns already counted, by (node, world): a node manager may report one again after a restart.
+    spawned: set[tuple[str, int]] = field(default_factory=set)
+
+
+NAMES_PER_USER = 1024  # names one user may have published at once
+
+
+class Names:
+    """MPI's published names, per user: service -> (port, owning job). See the module's docstring."""
+
+    def __init__(self) -> None:
+        self.names: dict[tuple[int, str], tuple[str, int]] = {}  # (uid, service) -> (port, job id)
+        self.owned: dict[int, set[tuple[int, str]]] = {}  # job id -> its names
+
+    def request(
+        self, op: str, *, uid: int, user: str, job_id: int, service: str, port: str
+    ) -> tuple[str, str]:
+        """Do ``op`` (publish, lookup, unpublish) for a job of user ``uid``: (port, "") or ("", why not)."""
+        key = (uid, service)
+        held = self.names.get(key)
+        if op == "lookup":
+            if held is None:
+                return "", f"storm: no job of user {user} has published the name {service!r}"
+            return held[0], ""
+        if op == "unpublish":
+            if held is None or held[1] != job_id:
+                whose = "no job" if held is None else f"job {held[1]}, not job {job_id},"
+                return "", f"storm: {whose} has published the name {service!r}"
+            del self.names[key]
+            self.owned[job_id].discard(key)
+            return "", ""
+        if held is not None:
+            if held == (port, job_id):
+                return "", ""  # the same request again (its answer was lost): already done
+            return "", f"storm: the name {service!r} is already published by job {held[1]} of user {user}"
+        if sum(1 for u, _ in self.names if u == uid) >= NAMES_PER_USER:
+            return "", f"storm: user {user} has {NAMES_PER_USER} names published, the most storm keeps"
+        self.names[key] = (port, job_id)
+        self.owned.setdefault(job_id, set()).add(key)
+        return "", ""
+
+    def forget(self, job_id: int) -> int:
+        """The job ended: its names go with it. Returns how many."""
+        keys = self.owned.pop(job_id, set())
+        for key in keys:
+            self.names.pop(key, None)
+        return len(keys)
+
+
+def spawn_counts(raw: str | None, job_id: int) -> SpawnsView:
+    """A job's spawn counts as the store's meta table keeps them (zero if it never spawned)."""
+    try:
+        data = json.loads(raw) if raw else {}
+        return SpawnsView(
+            job_id=job_id, **{k: data[k] for k in ("spawns", "processes", "refused", "last_refusal")}
+        )
+    except (ValueError, TypeError, KeyError):
+        return SpawnsView(job_id=job_id)
 
 
 class Runs:
@@ -91,6 +173,7 @@ class Runs:
         self.outbox: list[tuple[str, Message]] = []
         self.ended: list[Job] = []
         self.reports = Reports(store)
+        self.names = Names()
 
     def schedule(self, now: float) -> None:
         if not self.pending:
@@ -197,6 +280,8 @@ class Runs:
         if len(job.nodes) > 1:
             self.store.forget_node_exits(job_id)  # only jobs on several nodes store them
         self.reports.forget(job_id)
+        if self.names.forget(job_id):
+            log.info("job %d: its published names are gone with it", job_id)
         del self.active[job_id]
         del self.tracking[job_id]
         self.matrix.release(job_id)
@@ -242,6 +327,22 @@ class Runs:
             log.info(
                 "matrix compacted: %s", ", ".join(f"job {j} -> row {r}" for j, r in sorted(moved.items()))
             )
+
+    def count_spawn(self, msg: JobSpawned) -> None:
+        """A spawn a node reported for an active job: counted once, durably (see the module's docstring)."""
+        track = self.tracking[msg.job_id]
+        if not msg.refused and (msg.node, msg.world) in track.spawned:
+            return
+        key = f"spawns:{msg.job_id}"
+        view = spawn_counts(self.store.get_meta(key), msg.job_id)
+        if msg.refused:
+            view = dataclasses.replace(view, refused=view.refused + 1, last_refusal=msg.refused)
+            log.info("job %d: a spawn was refused on %s: %s", msg.job_id, msg.node, msg.refused)
+        else:
+            track.spawned.add((msg.node, msg.world))
+            view = dataclasses.replace(view, spawns=view.spawns + 1, processes=view.processes + msg.processes)
+        fields = ("spawns", "processes", "refused", "last_refusal")
+        self.store.set_meta(key, json.dumps({name: getattr(view, name) for name in fields}))
 
     def _finish(self, job: Job) -> None:
         self.store.save_job(job)

@@ -5,13 +5,18 @@ signal processes or end the job differently: a message must be about the shell's
 not contradict a report already taken, and PMI barriers must come in order (0, 1, 2, ...), one at a time.
 Anything else is refused with the reason, which the NM logs; nothing of the job changes.
 
+Spawned processes (MPI_Comm_spawn) the NM will signal as root, so it takes them only if they are the shell's
+own: in its session, started after it, not the shell or one of the ranks, each on a PE the job holds here,
+in a world not reported otherwise before. Their exits must be of processes of a known world; a refused spawn
+and name requests must name this node.
+
 A shell re-sends its whole state when it reconnects (to a restarted NM): an exact repeat of a report, or of
 the barrier just passed, is therefore accepted, and the NM's handling of it changes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from storm.mm import protocol as p
 from storm.nm.local_jobs import LocalJob
@@ -23,11 +28,14 @@ def shell_problem(
     node: str,
     next_barrier: int | None,
     start_time: Callable[[int], int | None],
+    *,
+    session: Callable[[], Collection[int]] = tuple,
 ) -> str | None:
     """Why ``msg`` from ``job``'s shell must be refused, or None to accept it.
 
     ``next_barrier`` is the PMI barrier the NM expects next from the job (None: not known, any is taken);
-    ``start_time`` gives a process's kernel start time (Processes.start_time), None once it is gone.
+    ``start_time`` gives a process's kernel start time (Processes.start_time), None once it is gone;
+    ``session`` the processes of the shell's session (asked only for a spawn).
     """
     ranks = {slot.rank for slot in job.launch.slots}
     match msg:
@@ -62,8 +70,55 @@ def shell_problem(
             expected = (next_barrier - 1, next_barrier) if next_barrier is not None else ()
             if job.barrier is None and expected and msg.seq not in expected:
                 return f"barrier {msg.seq} out of order: the next one is {next_barrier}"
+        case p.Spawned() | p.SpawnExited() | p.JobSpawned() | p.PmiName():
+            return _dynamic_problem(job, msg, node, start_time, session)
         case _:
             return f"{msg.op} is not a job shell message"
+    return None
+
+
+def _dynamic_problem(
+    job: LocalJob,
+    msg: p.Spawned | p.SpawnExited | p.JobSpawned | p.PmiName,
+    node: str,
+    start_time: Callable[[int], int | None],
+    session: Callable[[], Collection[int]],
+) -> str | None:
+    """shell_problem for what the shell says of spawned processes and names."""
+    match msg:
+        case p.Spawned():
+            known = job.spawns.worlds.get(msg.world)
+            if known is not None:
+                before = {f"{r}": c.pid for (w, r), c in job.spawns.children.items() if w == msg.world}
+                return None if before == msg.pids else f"spawn {msg.world} was reported otherwise before"
+            pes = {slot.pe for slot in job.launch.slots}
+            if not set(msg.pes.values()) <= pes:
+                return f"PE(s) {sorted(set(msg.pes.values()) - pes)} are not the job's on this node"
+            pids = set(msg.pids.values())
+            running = {pid for rank, pid in job.pids.items() if rank not in job.exits}
+            if len(pids) != len(msg.pids) or pids & {job.shell_pid, *running}:
+                return "a process id given twice, or the shell's or a rank's"
+            older = foreign_pids(msg.pids, job.shell_pid, start_time)
+            if older:
+                return f"process(es) {older} started before the job shell: it did not spawn them"
+            live = {pid for pid in pids if start_time(pid) is not None}
+            strangers = sorted(live - set(session())) if live else []
+            if strangers:
+                return f"process(es) {strangers} are not in the job shell's session"
+        case p.SpawnExited():
+            if msg.world not in job.spawns.worlds:
+                return f"spawn {msg.world} was never reported"
+            child = job.spawns.children.get((msg.world, msg.exit.rank))
+            if child is None:
+                return f"spawn {msg.world} has no process {msg.exit.rank}"
+            if not msg.aborted and child.exit is not None and child.exit != msg.exit:
+                return f"spawned process {msg.exit.rank} of spawn {msg.world} already ended otherwise"
+        case p.JobSpawned():
+            if msg.node != node or not msg.refused:
+                return "a job shell reports only the spawns it refused, on its own node"
+        case p.PmiName():
+            if msg.node != node:
+                return f"a name request for node {msg.node!r} sent to node {node!r}"
     return None
 
 

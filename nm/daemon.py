@@ -4,7 +4,10 @@ Per job on this node the NM starts one job shell (nm/shell.py) as the job's user
 and serves PMI, and reports to the NM over an ipc:// ROUTER whose peers are authenticated by pid (the
 kernel's SO_PEERCRED, not the routing id a peer picks, which any local user could pick first). The NM
 relays to the MM (DEALER, routing id = node name): launches, rank failures, cross-node PMI barriers and the
-final exits of the node's ranks, which it re-sends until the MM acknowledges them.
+final exits of the node's ranks, which it re-sends until the MM acknowledges them. It also learns the
+processes the ranks spawn (MPI_Comm_spawn, nm/children.py), time-slices and kills them with the job, ends
+the job when one fails, and relays spawn counts and MPI's name requests (MPI_Publish_name ...) to the MM,
+and the MM's answers back to the shell.
 
 What happens to a job's processes (start, stop, sweep) lives in nm/local_jobs.py; mpihook's measurements
 are read every time slice by nm/monitor.py and reported with every status.
@@ -388,6 +391,8 @@ class NodeManager:
                 )
                 for job in list(self.jobs.values()):
                     if job.done is not None:
+                        if job.spawns.failure is not None:  # before the report: what the job ends with
+                            await self._to_mm(job.spawns.failure)
                         await self._to_mm(job.done)
                     elif job.launch.job_id in self.monitor.jobs or (job.ranks_known and not job.hook_segment):
                         await self._to_mm(self._job_stats(job.launch.job_id))
@@ -406,7 +411,10 @@ class NodeManager:
                 log.warning("bad message from the MM: %s", exc)
                 continue
             try:
-                await self._mm_message(msg)
+                if isinstance(msg, p.PmiNameResult):
+                    await self._name_result(msg)
+                else:
+                    await self._mm_message(msg)
             except Exception:
                 log.exception("error while handling %s from the MM; carrying on", msg.op)
 
@@ -473,6 +481,12 @@ class NodeManager:
             case _:
                 log.warning("unexpected %s from the MM", msg.op)
 
+    async def _name_result(self, msg: p.PmiNameResult) -> None:
+        """The MM's answer to a name request: to the job shell that asked (it matches it by number)."""
+        job = self.jobs.get(msg.job_id)
+        if job is not None and job.done is None and job.peer:
+            await self.shells.send_multipart([job.peer, p.encode(msg)])
+
     def _acked(self, msg: p.Ack) -> None:
         """The MM has a job's final report: nothing of the job need remain on the node."""
         job = self.jobs.get(msg.job_id)
@@ -521,7 +535,10 @@ class NodeManager:
         # comes first.
         job.peer = identity
         job_id = job.launch.job_id
-        problem = shell_problem(job, msg, self.name, self.next_barrier.get(job_id), self.os.start_time)
+        problem = shell_problem(
+            job, msg, self.name, self.next_barrier.get(job_id), self.os.start_time,
+            session=lambda: self.os.session_members(job.shell_pid),
+        )  # fmt: skip
         if problem is not None:
             self._warn("bad shell", "job %d: refused %s from its shell: %s", job_id, msg.op, problem)
             return
@@ -548,6 +565,9 @@ class NodeManager:
                     await self._to_mm(job.done)  # type: ignore[arg-type]
             case p.ShellHello():
                 pass
+            case p.Spawned() | p.SpawnExited() | p.JobSpawned() | p.PmiName():
+                for report in self.local.dynamic(job, msg):
+                    await self._to_mm(report)
 
     def _shell_exited(self, job: LocalJob) -> None:
         asyncio.get_running_loop().remove_reader(job.shell_pidfd)

@@ -6,12 +6,17 @@ then after ``kill_grace`` SIGKILL to every process still in the job shell's sess
 the ranks forked). Finishing: sweep what the ranks left (processes, MPICH's and mpihook's shared memory)
 and prepare the report for the MM. The node manager (nm/daemon.py) does the talking.
 
+Spawned processes (MPI_Comm_spawn; nm/children.py): the NM learns them from the shell, follows them in time
+slicing with the job's rank on their PE, signals them with the ranks when it stops the job, and removes their
+worlds' shared memory when it ends; they are in the shell's session, so the final sweep catches them too.
+
 Restarting: job shells and ranks outlive their storm-nm (SIGTERM or SIGKILL; systemd's KillMode=process).
 A new storm-nm re-adopts every job it finds in its run directory whose shell is still the process the record
-names (same pid *and* kernel start time): its ranks (checked the same way), its mpihook segment, time slicing
-and measurements; it learns of the shell's exit through a pidfd, since the shell is no longer its child. A
-job whose shell has ended meanwhile is finished from the exits the shell left in its directory. The job
-shell re-sends its state when it reconnects (nm/shell.py), so nothing it reported in between is lost.
+names (same pid *and* kernel start time): its ranks and spawned processes (checked the same way), its mpihook
+segment, time slicing and measurements; it learns of the shell's exit through a pidfd, since the shell is no
+longer its child. A job whose shell has ended meanwhile is finished from the exits the shell left in its
+directory. The job shell re-sends its state when it reconnects (nm/shell.py), so nothing it reported in
+between is lost.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ from pathlib import Path
 from storm.mm import protocol as p
 from storm.mm.config import NMConfig
 from storm.mpihook.stats import WAIT_POLL, HookSegment, segment_name
+from storm.nm.children import SPAWNED_MPI_NODE, Spawns
 from storm.nm.jobdir import JobDir, job_dirs
 from storm.nm.monitor import Monitor
 from storm.nm.pmi import mpich_shm_names
 from storm.nm.processes import Processes
 from storm.nm.profile import Profiler
+from storm.nm.spawn import world_kvsname
 from storm.nm.switcher import ContextSwitcher
 
 log = logging.getLogger("storm.nm")
@@ -72,6 +79,7 @@ class LocalJob:
     # The routing id of the shell's connection to this NM, learned from its messages (whose sender the
     # kernel vouches for by pid): replies go there. Empty until the shell has spoken to this NM.
     peer: bytes = b""
+    spawns: Spawns = field(default_factory=Spawns)  # what its ranks spawned here (MPI_Comm_spawn)
 
 
 class LocalJobs:
@@ -136,6 +144,7 @@ class LocalJobs:
             "endpoint": self.shells_endpoint,
             "node": self.node,
             "cpus": self.cpus,
+            "spawn_limit": self.config.spawn_limit,
         }
         library = self._hook_library(msg)
         segment = self._hook_segment(msg) if library is not None else None
@@ -162,6 +171,7 @@ class LocalJobs:
                 "hook_segment": job.hook_segment,
                 "ranks": {str(rank): [pid, job.starts.get(rank)] for rank, pid in job.pids.items()},
                 "stopped_by_nm": job.stopped_by_nm,
+                "spawns": job.spawns.record(),
             }
         )
 
@@ -208,6 +218,59 @@ class LocalJobs:
         self.monitor.started(job.launch.job_id, pids)
         return True
 
+    def dynamic(
+        self, job: LocalJob, msg: p.Spawned | p.SpawnExited | p.JobSpawned | p.PmiName
+    ) -> list[p.Message]:
+        """What a job shell says of spawned processes and names (nm/spawner.py), checked already
+        (nm/checks.py); returns what goes to the MM."""
+        job_id = job.launch.job_id
+        match msg:
+            case p.Spawned():
+                if not self.spawned(job, msg):
+                    return []
+                log.info("job %d: spawn %d started %d process(es)", job_id, msg.world, len(msg.pids))
+                return [p.JobSpawned(job_id=job_id, node=self.node, world=msg.world, processes=len(msg.pids))]
+            case p.SpawnExited():
+                self.spawn_exited(job, msg)
+                if not msg.exit.failed or job.killing or job.spawns.failure is not None:
+                    return []
+                parent = job.spawns.worlds[msg.world]
+                failure = p.SpawnFailed(
+                    job_id=job_id, node=self.node, world=msg.world, parent=parent, exit=msg.exit
+                )
+                job.spawns.failure = failure
+                log.info("job %d: %s", job_id, failure.describe())
+                self.kill(job, failure.describe())
+                return [failure]
+            case p.JobSpawned():
+                log.info("job %d: %s", job_id, msg.refused)
+        return [msg]  # a refused spawn, counted by the MM, or a name request for it
+
+    def spawned(self, job: LocalJob, msg: p.Spawned) -> bool:
+        """The shell started the processes of one spawn: they are stopped, continued and killed with the job
+        from now on. False for a world already known (a shell re-sending its state): nothing changes."""
+        added = job.spawns.add(msg, self.os.start_time)
+        if not added:
+            return False
+        with contextlib.suppress(OSError):
+            self.save_record(job)
+        for child in added:
+            if not child.live:
+                continue
+            if job.killing:
+                for sig in (signal.SIGCONT, signal.SIGTERM):
+                    self.os.signal_group(child.pid, sig)
+            else:
+                self.switcher.follow(job.launch.job_id, child.pid, child.pe)
+        return True
+
+    def spawn_exited(self, job: LocalJob, msg: p.SpawnExited) -> None:
+        """A spawned process ended: never signal its process group again."""
+        child = job.spawns.children.get((msg.world, msg.exit.rank))
+        if child is not None and not msg.aborted:
+            child.exit = msg.exit
+            self.switcher.unfollow(child.pid)
+
     # ------------------------------------------------------------------------------------------- stop
 
     def kill(self, job: LocalJob, reason: str) -> None:
@@ -228,11 +291,12 @@ class LocalJobs:
             self._signal_session(job, signal.SIGKILL, spare_shell=True)
 
     def _signal_ranks(self, job: LocalJob, signals: tuple[int, ...]) -> None:
+        """Signal the job's ranks and spawned processes, each through its process group."""
         # Only ranks still running: the group of one that exited may be empty and its number reused.
-        for rank, pid in job.pids.items():
-            if rank not in job.exits:
-                for sig in signals:
-                    self.os.signal_group(pid, sig)
+        live = [pid for rank, pid in job.pids.items() if rank not in job.exits]
+        for pid in live + [child.pid for child in job.spawns.live()]:
+            for sig in signals:
+                self.os.signal_group(pid, sig)
 
     def _signal_session(self, job: LocalJob, sig: int, spare_shell: bool = False) -> None:
         """Signal everything in the job shell's session: the ranks and anything they forked.
@@ -265,7 +329,8 @@ class LocalJobs:
         self.switcher.remove(job.launch.job_id)
         self.monitor.remove(job.launch.job_id)
         self._signal_session(job, signal.SIGKILL, spare_shell=True)  # what the ranks left running
-        removed = self.os.remove_shm(mpich_shm_names(job.launch.kvsname, job.launch.mpi_node))
+        shm = [*mpich_shm_names(job.launch.kvsname, job.launch.mpi_node), *job.spawns.shm_names(job.launch)]
+        removed = self.os.remove_shm(shm)
         if removed:
             log.info("job %d: removed shared memory left behind: %s", job.launch.job_id, ", ".join(removed))
         profile = self.profiler.entries(job.launch.job_id) if self.profiler is not None else ()
@@ -324,7 +389,9 @@ class LocalJobs:
         if not isinstance(launch, p.LaunchJob) or str(launch.job_id) != jobdir.path.name:
             return None
         shell, shell_start = _int(record["shell_pid"]), _optional_int(record.get("shell_start"))
-        ranks = self._live_ranks(record)  # the last check that may refuse the record: nothing is held yet
+        ranks = self._live_ranks(record)
+        # The last check that may refuse the record: nothing is held yet.
+        spawns = Spawns.from_record(record.get("spawns"), self.os.start_time)
         # The pidfd first, then the check: if the start time matches, the pidfd names our shell.
         pidfd = self.os.pidfd(shell)
         now = self.os.start_time(shell)
@@ -340,6 +407,7 @@ class LocalJobs:
             shell_pidfd=pidfd if alive and pidfd is not None else -1,
             hook_segment=str(record.get("hook_segment") or ""),
             stopped_by_nm=str(record.get("stopped_by_nm") or ""),
+            spawns=spawns,
         )
         self.jobs[launch.job_id] = job
         self.switcher.add(launch.job_id, [(s.rank, s.pe) for s in launch.slots], launch.row)
@@ -348,7 +416,7 @@ class LocalJobs:
             log.info("job %d: its shell ended while storm-nm was down", launch.job_id)
             self.shell_gone(job, "the job shell ended while storm-nm was down, leaving no exits")
             return job
-        for pid in ranks.values():
+        for pid in [*ranks.values(), *(child.pid for child in spawns.live())]:
             # Stopped by time slicing when the old NM went: nobody would continue it. Slices resume with the
             # next heartbeat; until then everything runs, as when heartbeats stop.
             self.os.signal_group(pid, signal.SIGCONT)
@@ -359,6 +427,8 @@ class LocalJobs:
         if record.get("ranks"):
             self.started(job, ranks)
             self._backdate(job, ranks)
+        for child in spawns.live():
+            self.switcher.follow(launch.job_id, child.pid, child.pe)
         asyncio.get_running_loop().add_reader(job.shell_pidfd, on_shell_exit, job)
         log.info(
             "job %d: re-adopted shell %d and ranks %s left by a previous storm-nm",
@@ -421,10 +491,18 @@ class LocalJobs:
                     _int(record.get("mpi_node", record.get("node_index"))),
                 )
                 leftovers = list(mpich_shm_names(kvsname, index))
+                spawned = record.get("spawns")
+                worlds = spawned.get("worlds", {}) if isinstance(spawned, dict) else {}
+                launch = jobdir.load_launch()  # the node index of the worlds' names, as launched
+                decoded = None if launch is None else p.decode(launch, p.MAX_NODE_MESSAGE)
+                if isinstance(decoded, p.LaunchJob) and isinstance(worlds, dict):
+                    for world in worlds:
+                        name = world_kvsname(kvsname, decoded.node_index, int(world))
+                        leftovers.extend(mpich_shm_names(name, SPAWNED_MPI_NODE))
                 if record.get("hook_segment"):
                     leftovers.append(str(record["hook_segment"]).lstrip("/"))
                 self.os.remove_shm(leftovers)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, p.ProtocolError) as exc:
             log.warning("job %s: unreadable record: %s", jobdir.path.name, exc)
         jobdir.remove()
 

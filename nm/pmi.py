@@ -25,9 +25,21 @@ Semantics of :class:`Wireup` (one job, one node):
   shell must end the job when a rank exits before finalize (its MPI peers would hang anyway).
   Note that MPICH 5 does not exit after ``cmd=abort`` (it relies on the process manager to kill the
   job), and sends ``cmd=finalize`` from an atexit hook, after MPI_Finalize's barrier.
-* Unsupported commands (spawn, publish_name, unpublish_name, lookup_name, ...) and bad lines get an
-  ``rc=-1`` reply with ``msg=``; client input never raises. Caller errors (a rank that is not local,
-  a barrier that is not pending) raise ``ValueError``.
+* Spawn (``mcmd=spawn`` ... ``endcmd``, one block per command of MPI_Comm_spawn_multiple; see
+  nm/spawn.py for the wire and storm's semantics): the whole request is collected, then returned once as
+  ``Outcome.spawn`` with no reply; the caller answers with :func:`spawn_reply` when it has started the
+  processes (or refused). A malformed request gets ``spawn_result rc=-1`` at once. A ``cmd=`` line in the
+  middle of a request (which MPICH never sends) ends it with that reply and is then handled as usual.
+* Names (``publish_name service= port=``, ``lookup_name service=``, ``unpublish_name service=``; MPI's
+  Publish/Lookup/Unpublish_name): returned as ``Outcome.name`` with no reply; the caller answers with
+  :func:`name_reply` (``publish_result``/``unpublish_result rc=0``, ``lookup_result rc=0 port=...``, or
+  ``rc=1 msg=...``, as Hydra does; MPICH turns any rc other than 0 into MPI_ERR_NAME or
+  MPI_ERR_SERVICE). MPICH does not escape the service name, so one with a space cannot be carried: it is
+  an unparsable line, refused with a message that says so.
+* A world of spawned processes is a Wireup of its own: its kvsname, size and mapping, the keys the
+  spawner preput (``kvs``), and each rank's appnum (``appnums``, its command in spawn_multiple).
+* Unsupported commands and bad lines get an ``rc=-1`` reply with ``msg=``; client input never raises.
+  Caller errors (a rank that is not local, a barrier that is not pending) raise ``ValueError``.
 """
 
 from __future__ import annotations
@@ -36,10 +48,14 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from storm.mm.protocol import PORT_MAX, SERVICE_MAX
+from storm.nm.spawn import SpawnBlock, SpawnError, SpawnRequest
+
 MAX_LINE = 65536
 KVSNAME_MAX = 256
 KEYLEN_MAX = 64
 VALLEN_MAX = 1024
+NAME_OPS = {"publish_name": "publish", "lookup_name": "lookup", "unpublish_name": "unpublish"}
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_./:-]+")
 _TOKEN_RE = re.compile(r"(?:\\.|[^ \\]|\\$)+")
@@ -191,6 +207,15 @@ class Finished:
     message: str
 
 
+@dataclass(frozen=True)
+class NameRequest:
+    """MPI_Publish_name (``publish``), MPI_Lookup_name (``lookup``) or MPI_Unpublish_name (``unpublish``)."""
+
+    op: str
+    service: str
+    port: str = ""
+
+
 @dataclass
 class Outcome:
     """The result of feeding one line."""
@@ -198,6 +223,23 @@ class Outcome:
     replies: list[tuple[int, str]]  # (rank, line) to write back
     barrier: BarrierIn | None = None
     finished: Finished | None = None
+    spawn: SpawnRequest | None = None  # answer with spawn_reply
+    name: NameRequest | None = None  # answer with name_reply
+
+
+def spawn_reply(error: str = "") -> str:
+    """The answer to a spawn request: started (``error`` empty), or refused and why."""
+    if not error:
+        return _reply("spawn_result")
+    return format_line({"cmd": "spawn_result", "rc": -1, "msg": " ".join(error.split())[:1000] or "refused"})
+
+
+def name_reply(op: str, *, port: str = "", error: str = "") -> str:
+    """The answer to a NameRequest of ``op``: done (a lookup with its ``port``), or not and why."""
+    cmd = {"publish": "publish_result", "lookup": "lookup_result", "unpublish": "unpublish_result"}[op]
+    if error:
+        return format_line({"cmd": cmd, "rc": 1, "msg": " ".join(error.split())[:1000] or "failed"})
+    return _reply(cmd, port=port) if op == "lookup" else _reply(cmd)
 
 
 def _reply(cmd: str, **fields: str | int) -> str:
@@ -222,6 +264,8 @@ class Wireup:
         process_mapping: str,
         appnum: int = 0,
         universe_size: int | None = None,
+        kvs: Mapping[str, str] | None = None,
+        appnums: Mapping[int, int] | None = None,
     ) -> None:
         if not _KEY_RE.fullmatch(kvsname) or len(kvsname) > KVSNAME_MAX:
             raise ValueError(f"bad kvsname {kvsname!r}")
@@ -235,23 +279,25 @@ class Wireup:
         self.process_mapping = process_mapping
         self.appnum = appnum
         self.universe_size = size if universe_size is None else universe_size
-        self._kvs: dict[str, str] = {}  # merged by barrier_done + every local put
+        self._kvs: dict[str, str] = dict(kvs or {})  # preput + merged by barrier_done + every local put
+        self._appnums = dict(appnums or {})
         self._puts: dict[str, str] = {}  # local puts since the last BarrierIn
         self._seq = 0  # the barrier being collected, or awaiting barrier_done
         self._entered: set[int] = set()  # local ranks inside barrier _seq
         self._awaiting = False  # BarrierIn(_seq) was returned; waiting for barrier_done
         self._finalized: set[int] = set()
         self._gone: set[int] = set()
-        self._spawning: dict[int, dict[str, str]] = {}  # ranks in the middle of an mcmd=spawn
+        self._spawning: dict[int, SpawnBlock] = {}  # ranks in the middle of an mcmd=spawn request
         self._info: dict[str, dict[str, str | int]] = {
             "get_maxes": {"kvsname_max": KVSNAME_MAX, "keylen_max": KEYLEN_MAX, "vallen_max": VALLEN_MAX},
-            "get_appnum": {"appnum": appnum},
             "get_my_kvsname": {"kvsname": kvsname},
             "get_universe_size": {"size": self.universe_size},
         }
         self._commands: dict[str, Callable[[int, dict[str, str]], Outcome]] = {
             **dict.fromkeys(self._info, self._answer),
             "init": self._init,
+            "get_appnum": self._appnum,
+            **dict.fromkeys(NAME_OPS, self._name),
             "put": self._put,
             "get": self._get,
             "barrier_in": self._barrier_in,
@@ -264,19 +310,29 @@ class Wireup:
         if rank not in self.local_ranks:
             raise ValueError(f"rank {rank} is not local to this node")
         if rank in self._spawning:
+            if not line.startswith("cmd="):
+                return self._spawn_line(rank, line)
+            del self._spawning[rank]  # MPICH never does this: end the request, then serve the line
+            interrupted = _fail(rank, "spawn", "spawn request interrupted by a cmd= line")
+            outcome = self.handle(rank, line)
+            outcome.replies[:0] = interrupted.replies
+            return outcome
+        if line.startswith("mcmd="):
+            self._spawning[rank] = SpawnBlock()
             return self._spawn_line(rank, line)
         try:
             fields = parse_line(line)
         except PmiError as e:
             if line.startswith("cmd=abort"):  # never lose an abort, even a garbled one
                 return Outcome([], finished=Finished(rank, True, 1, f"unparsable abort: {e}"))
-            name = re.match(r"m?cmd=([A-Za-z_]*)", line)
-            return _fail(rank, name.group(1) if name else "", f"bad PMI line: {e}")
-        if "mcmd" in fields:
-            self._spawning[rank] = {}
-            return self._spawn_line(rank, line)
+            match = re.match(r"cmd=([A-Za-z_]*)", line)
+            name = match.group(1) if match else ""
+            hint = " (PMI-1 cannot carry a service name with a space)" if name in NAME_OPS else ""
+            return _fail(rank, name, f"bad PMI line: {e}{hint}")
         cmd = fields["cmd"]
         handler = self._commands.get(cmd)
+        if cmd == "spawn":
+            return _fail(rank, cmd, "spawn is a multi-line command: mcmd=spawn ... endcmd")
         if handler is None:
             return _fail(rank, cmd, f"{cmd} is {'not supported' if cmd in _RESPONSES else 'unknown'}")
         return handler(rank, fields)
@@ -300,6 +356,19 @@ class Wireup:
 
     def _answer(self, rank: int, fields: dict[str, str]) -> Outcome:
         return Outcome([(rank, _reply(_RESPONSES[fields["cmd"]], **self._info[fields["cmd"]]))])
+
+    def _appnum(self, rank: int, fields: dict[str, str]) -> Outcome:
+        return Outcome([(rank, _reply("appnum", appnum=self._appnums.get(rank, self.appnum)))])
+
+    def _name(self, rank: int, fields: dict[str, str]) -> Outcome:
+        cmd = fields["cmd"]
+        service, port = fields.get("service"), fields.get("port")
+        if service is None or (cmd == "publish_name" and port is None):
+            return _fail(rank, cmd, f"{cmd} needs service={' and port=' if cmd == 'publish_name' else ''}")
+        if len(service) > SERVICE_MAX or len(port or "") > PORT_MAX:
+            return _fail(rank, cmd, f"service name over {SERVICE_MAX} or port over {PORT_MAX} characters")
+        request = NameRequest(NAME_OPS[cmd], service, (port or "") if cmd == "publish_name" else "")
+        return Outcome([], name=request)
 
     def _init(self, rank: int, fields: dict[str, str]) -> Outcome:
         if fields.get("pmi_version") != "1":
@@ -356,15 +425,13 @@ class Wireup:
         return BarrierIn(self._seq, puts)
 
     def _spawn_line(self, rank: int, line: str) -> Outcome:
-        """Swallow an ``mcmd=spawn`` block (one field a line) up to its last ``endcmd``, then refuse it."""
-        state = self._spawning[rank]
-        text = line.strip()
-        if text != "endcmd":
-            key, _, value = text.partition("=")
-            if key in ("totspawns", "spawnssofar"):
-                state[key] = value
-            return Outcome([])
-        if state.get("spawnssofar", "1") != state.get("totspawns", "1"):
+        """One line of a spawn request; the complete request is returned, or refused if malformed."""
+        block = self._spawning[rank]
+        if not block.feed(line):
             return Outcome([])
         del self._spawning[rank]
-        return _fail(rank, "spawn", "spawn is not supported")
+        try:
+            request = block.request()
+        except SpawnError as exc:
+            return _fail(rank, "spawn", f"bad spawn request: {exc}")
+        return Outcome([], spawn=request)

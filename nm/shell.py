@@ -3,13 +3,18 @@
 It opens the job's output files (with the user's own permissions, so ``--output /etc/passwd`` fails as it
 should), spawns the node's ranks each in a process group of its own pinned to its PE, serves their PMI-1
 wire-up (cross-node barriers go through the NM to the MM), reaps them, and reports every exit to the NM.
+It also starts and serves the processes that ranks spawn with MPI_Comm_spawn, each world of them wired up
+on this node alone (nm/spawner.py; semantics in nm/spawn.py), and relays MPI's name requests
+(MPI_Publish_name ...) to the NM, which asks the MM. The job's part on the node ends when its ranks and
+every process they spawned have exited, as mpiexec waits for them.
 Keeping this out of the NM means a flood of PMI traffic never delays the NM's time slices, a bug in PMI
 parsing never runs as root, and an NM restart does not take the ranks' parent with it.
 
 The shell outlives a restart of its NM: its DEALER reconnects by itself once a new storm-nm binds the same
 endpoint. What it sent meanwhile, or just before, may be lost with the old connection, so on every connection
 after the first it sends its whole state again: its ranks' pids, every exit so far, an abort, the PMI barrier
-it waits for, and its final report (the NM treats all of them as idempotent). How the ranks ended is also
+it waits for, the spawned worlds and their exits, and its final report (the NM treats all of them as
+idempotent). How the ranks ended is also
 written to the job directory before the final report, for an NM that comes back only after the shell exited.
 
 storm-nm starts job shells by forking them from its launcher (nm/launcher.py), which calls
@@ -28,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,24 +43,15 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm import protocol as p
+from storm.mm.config import NMConfig
 from storm.mm.jobs import expand_path
 from storm.nm.jobdir import JobDir
-from storm.nm.pmi import MAX_LINE, Wireup, process_mapping
+from storm.nm.pmi import MAX_LINE, NameRequest, Outcome, Wireup, process_mapping
+from storm.nm.spawn import SpawnRequest
+from storm.nm.spawner import NAME_TIMEOUT, PendingNames, Proc, Spawner
 
 ACK_WAIT_SECONDS = 5.0
-
-
-@dataclass
-class Rank:
-    rank: int
-    pe: int
-    pid: int = 0
-    pidfd: int = -1
-    writer: asyncio.StreamWriter | None = None
-    talked_pmi: bool = False
-    finalized: bool = False
-    abort: p.RankExit | None = None
-    exit: p.RankExit | None = None
+Rank = Proc  # a rank of the job is a process the shell serves, of world 0
 
 
 @dataclass(frozen=True)
@@ -101,6 +98,7 @@ class Shell:
         jobdir: JobDir,
         *,
         hook: Hook | None = None,
+        spawn_limit: int = NMConfig.spawn_limit,
     ) -> None:
         self.launch = launch
         self.hook = hook
@@ -129,9 +127,12 @@ class Shell:
         self.stopping = False
         # What a restarted NM is told again (see the module's docstring).
         self.started: p.RanksStarted | None = None
+        self.reported = asyncio.Event()  # ranks_started is out: spawned worlds may be reported after it
         self.barrier: p.PmiBarrierIn | None = None  # sent to the NM, not yet answered
         self.done: p.ShellDone | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.spawner = Spawner(self, spawn_limit, self.send)
+        self.names = PendingNames()
 
     async def send(self, msg: p.Message) -> None:
         await self.nm.send(p.encode(msg))
@@ -142,7 +143,21 @@ class Shell:
         """stdout and stderr descriptors per rank; a path shared by several ranks is opened once."""
         opened: dict[str, int] = {}
         result: dict[int, tuple[int, int]] = {}
+        for rank in self.ranks:
+            result[rank] = self._outputs_of(rank, opened)
+        return result
 
+    def open_outputs(self, rank: int) -> tuple[int, int]:
+        """Job rank ``rank``'s stdout and stderr files, opened anew (a spawn's processes write there)."""
+        opened: dict[str, int] = {}
+        try:
+            return self._outputs_of(rank, opened)
+        except OSError:
+            for fd in opened.values():
+                os.close(fd)
+            raise
+
+    def _outputs_of(self, rank: int, opened: dict[str, int]) -> tuple[int, int]:
         def open_path(pattern: str, rank: int) -> int:
             path = expand_path(
                 pattern,
@@ -157,47 +172,79 @@ class Shell:
                 opened[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
             return opened[path]
 
-        for rank in self.ranks:
-            out = open_path(self.launch.output, rank)
-            err = open_path(self.launch.error, rank) if self.launch.error else out
-            result[rank] = (out, err)
-        return result
+        out = open_path(self.launch.output, rank)
+        err = open_path(self.launch.error, rank) if self.launch.error else out
+        return out, err
 
     def _spawn(self, r: Rank, out: int, err: int) -> None:
+        env = rank_environment(self.launch, r.rank, self.node, 0, self.hook)
+        problem = self.start_process(r, list(self.launch.argv), env, self.launch.cwd, (out, err))
+        if problem:
+            r.exit = p.RankExit(rank=r.rank, error=problem)
+
+    def start_process(
+        self, proc: Proc, argv: list[str], env: dict[str, str], cwd: str, outputs: tuple[int, int]
+    ) -> str:
+        """Start a rank or a spawned process, pinned to its PE in a process group of its own, and serve its
+        PMI; "" or why it could not start."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env["PMI_FD"] = str(child.fileno())
         # A child inherits the affinity of the thread that forks it: pinning this thread for the spawn
         # makes the rank start pinned, rather than be pinned some time after it started.
         own = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {self.cpus[r.pe % len(self.cpus)]})
+        os.sched_setaffinity(0, {self.cpus[proc.pe % len(self.cpus)]})
         try:
-            proc = subprocess.Popen(
-                list(self.launch.argv),
-                env=rank_environment(self.launch, r.rank, self.node, child.fileno(), self.hook),
-                cwd=self.launch.cwd,
+            popen = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
+                stdout=outputs[0],
+                stderr=outputs[1],
                 pass_fds=(child.fileno(),),
                 process_group=0,
             )
         except OSError as exc:
             parent.close()
-            r.exit = p.RankExit(rank=r.rank, error=f"cannot execute {self.launch.argv[0]}: {exc.strerror}")
-            return
+            return f"cannot execute {argv[0]}: {exc.strerror}"
         finally:
             child.close()
             os.sched_setaffinity(0, own)
-        proc.returncode = 0  # reaped through the pidfd below, not through Popen
-        r.pid = proc.pid
-        r.pidfd = os.pidfd_open(r.pid)
-        asyncio.get_running_loop().add_reader(r.pidfd, self._reap, r)
-        self._background(self._serve_pmi(r, parent))
+        popen.returncode = 0  # reaped through the pidfd below, not through Popen
+        proc.pid = popen.pid
+        proc.pidfd = os.pidfd_open(proc.pid)
+        asyncio.get_running_loop().add_reader(proc.pidfd, self._reap, proc)
+        self._background(self._serve_pmi(proc, parent))
+        return ""
+
+    def notice(self, proc: Proc, text: str) -> None:
+        """A line for the job's user in ``proc``'s stderr file (the job rank's it writes to), and the log."""
+        print(text, file=sys.stderr, flush=True)
+        try:
+            out, err = self.open_outputs(proc.out_rank)
+        except OSError:
+            return
+        with contextlib.suppress(OSError):
+            os.write(err, (text + "\n").encode())
+        for fd in {out, err}:
+            os.close(fd)
+
+    def kill(self, proc: Proc) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------------------------------- PMI
 
-    async def _serve_pmi(self, r: Rank, sock: socket.socket) -> None:
+    def _wireup(self, r: Proc) -> Wireup:
+        return self.wireup if r.world == 0 else self.spawner.worlds[r.world].wireup
+
+    def _procs(self, world: int) -> dict[int, Proc]:
+        return self.ranks if world == 0 else self.spawner.worlds[world].procs
+
+    async def _serve_pmi(self, r: Proc, sock: socket.socket) -> None:
         reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_LINE)
         r.writer = writer
+        wireup = self._wireup(r)
         try:
             while True:
                 try:
@@ -207,42 +254,77 @@ class Shell:
                 if not raw:
                     break
                 r.talked_pmi = True
-                outcome = self.wireup.handle(r.rank, raw.decode("utf-8", "replace"))
-                await self._reply(outcome.replies)
-                if outcome.finished is not None:
-                    finished = outcome.finished
-                    r.finalized = not finished.aborted
-                    if finished.aborted and r.abort is None:
-                        text = "called MPI_Abort" + (f": {finished.message}" if finished.message else "")
-                        r.abort = p.RankExit(rank=r.rank, exit_code=finished.exit_code & 0xFF, error=text)
-                        await self.send(p.RankAborted(job_id=self.launch.job_id, exit=r.abort))
-                if outcome.barrier is not None:
-                    if len(self.launch.ranks_per_node) == 1:
-                        await self._reply(self.wireup.barrier_done(outcome.barrier.seq, outcome.barrier.puts))
-                    else:
-                        self.barrier = p.PmiBarrierIn(
-                            job_id=self.launch.job_id,
-                            node=self.node,
-                            seq=outcome.barrier.seq,
-                            kvs=outcome.barrier.puts,
-                        )
-                        await self.send(self.barrier)
+                outcome = wireup.handle(r.rank, raw.decode("utf-8", "replace"))
+                await self._reply(r.world, outcome.replies)
+                await self._outcome(r, wireup, outcome)
         finally:
-            self.wireup.rank_gone(r.rank)
+            wireup.rank_gone(r.rank)
             r.writer = None
             writer.close()
 
-    async def _reply(self, replies: list[tuple[int, str]]) -> None:
+    async def _outcome(self, r: Proc, wireup: Wireup, outcome: Outcome) -> None:
+        if outcome.finished is not None:
+            finished = outcome.finished
+            r.finalized = not finished.aborted
+            if finished.aborted and r.abort is None:
+                text = "called MPI_Abort" + (f": {finished.message}" if finished.message else "")
+                r.abort = p.RankExit(rank=r.rank, exit_code=finished.exit_code & 0xFF, error=text)
+                if r.world == 0:
+                    await self.send(p.RankAborted(job_id=self.launch.job_id, exit=r.abort))
+                elif self.spawner.reportable(r):
+                    await self.send(
+                        p.SpawnExited(job_id=self.launch.job_id, world=r.world, exit=r.abort, aborted=True)
+                    )
+        if outcome.barrier is not None:
+            # A spawned world is all on this node: its barriers are node-local.
+            if r.world > 0 or len(self.launch.ranks_per_node) == 1:
+                await self._reply(r.world, wireup.barrier_done(outcome.barrier.seq, outcome.barrier.puts))
+            else:
+                self.barrier = p.PmiBarrierIn(
+                    job_id=self.launch.job_id,
+                    node=self.node,
+                    seq=outcome.barrier.seq,
+                    kvs=outcome.barrier.puts,
+                )
+                await self.send(self.barrier)
+        if outcome.spawn is not None:
+            self._background(self._spawn_request(r, outcome.spawn))
+        if outcome.name is not None:
+            await self._name_request(r, outcome.name)
+
+    async def _spawn_request(self, r: Proc, request: SpawnRequest) -> None:
+        await self.reported.wait()  # the NM knows the ranks before it hears of what they spawned
+        reply = await self.spawner.spawn(r, request)
+        await self._write(r, reply)
+
+    async def _name_request(self, r: Proc, request: NameRequest) -> None:
+        seq = self.names.add(r, request, time.monotonic())
+        msg = p.PmiName(
+            job_id=self.launch.job_id, node=self.node, seq=seq, action=request.op, service=request.service,
+            port=request.port,
+        )  # fmt: skip
+        asyncio.get_running_loop().call_later(NAME_TIMEOUT, self._names_expired)
+        await self.send(msg)
+
+    def _names_expired(self) -> None:
+        for proc, line in self.names.expire(time.monotonic()):
+            self._background(self._write(proc, line))
+
+    async def _reply(self, world: int, replies: list[tuple[int, str]]) -> None:
+        procs = self._procs(world)
         for rank, line in replies:
-            writer = self.ranks[rank].writer
-            if writer is not None:
-                writer.write(line.encode())
-                with contextlib.suppress(ConnectionError):
-                    await writer.drain()
+            await self._write(procs[rank], line)
+
+    async def _write(self, proc: Proc, line: str) -> None:
+        writer = proc.writer
+        if writer is not None:
+            writer.write(line.encode())
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
 
     # ------------------------------------------------------------------------------------------- exits
 
-    def _reap(self, r: Rank) -> None:
+    def _reap(self, r: Proc) -> None:
         try:
             got, status = os.waitpid(r.pid, os.WNOHANG)
         except ChildProcessError:
@@ -262,7 +344,10 @@ class Shell:
             r.exit = p.RankExit(
                 rank=r.rank, exit_code=code, error="exited without calling MPI_Finalize" if early else ""
             )
-        self._background(self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit)))
+        if r.world == 0:
+            self._background(self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit)))
+        elif self.spawner.reportable(r):
+            self._background(self.send(p.SpawnExited(job_id=self.launch.job_id, world=r.world, exit=r.exit)))
         self._check_done()
 
     def _background(self, coroutine: Coroutine[object, object, None]) -> None:
@@ -271,13 +356,14 @@ class Shell:
         task.add_done_callback(self._tasks.discard)
 
     def _check_done(self) -> None:
-        if all(r.exit is not None for r in self.ranks.values()):
+        procs = [*self.ranks.values(), *self.spawner.procs()]
+        if all(r.exit is not None or (r.world > 0 and not r.pid) for r in procs):
             self.all_exited.set()
 
     def stop(self) -> None:
-        """SIGTERM: stop every rank (the NM follows up with SIGKILL if they linger)."""
+        """SIGTERM: stop every rank and spawned process (the NM follows up with SIGKILL if they linger)."""
         self.stopping = True
-        for r in self.ranks.values():
+        for r in [*self.ranks.values(), *self.spawner.procs()]:
             if r.pid and r.exit is None:
                 for sig in (signal.SIGCONT, signal.SIGTERM):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -301,9 +387,13 @@ class Shell:
                     continue
                 if self.barrier is not None and self.barrier.seq == msg.seq:
                     self.barrier = None
-                await self._reply(replies)
+                await self._reply(0, replies)
             elif isinstance(msg, p.Ack) and msg.what == p.ShellDone.op:
                 self.acked.set()
+            elif isinstance(msg, p.PmiNameResult) and msg.job_id == self.launch.job_id:
+                answer = self.names.answer(msg)
+                if answer is not None:
+                    await self._write(*answer)
 
     async def _follow_nm(self) -> None:
         """Every connection after the first is to a restarted NM: tell it everything again."""
@@ -330,6 +420,8 @@ class Shell:
                 await self.send(p.RankAborted(job_id=job_id, exit=r.abort))
             if r.exit is not None:
                 await self.send(p.RankExited(job_id=job_id, exit=r.exit))
+        for msg in self.spawner.state():
+            await self.send(msg)
         if self.barrier is not None:
             await self.send(self.barrier)
         if self.done is not None:
@@ -358,6 +450,7 @@ class Shell:
         started = {str(r.rank): r.pid for r in self.ranks.values() if r.pid}
         self.started = p.RanksStarted(job_id=self.launch.job_id, pids=started)
         await self.send(self.started)
+        self.reported.set()
         for r in self.ranks.values():
             if r.exit is not None and not r.pid:
                 await self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit))
@@ -382,15 +475,24 @@ class Shell:
 
 
 def run_shell(
-    jobdir: Path, *, endpoint: str, node: str, cpus: list[int], hook_library: str = "", hook_segment: str = ""
+    jobdir: Path,
+    *,
+    endpoint: str,
+    node: str,
+    cpus: list[int],
+    hook_library: str = "",
+    hook_segment: str = "",
+    spawn_limit: int = NMConfig.spawn_limit,
 ) -> int:
-    """Run the job shell of the job whose directory is ``jobdir`` until its last rank has ended."""
+    """Run the job shell of the job whose directory is ``jobdir`` until its last rank, and every process the
+    ranks spawned, has ended."""
     directory = JobDir(jobdir)
     launch = p.decode(directory.launch.read_bytes(), p.MAX_NODE_MESSAGE)
     if not isinstance(launch, p.LaunchJob):
         raise SystemExit(f"{directory.launch} does not hold a launch_job message")
     hook = Hook(hook_library, hook_segment) if hook_library else None
-    return asyncio.run(Shell(launch, node, cpus, endpoint, directory, hook=hook).run())
+    shell = Shell(launch, node, cpus, endpoint, directory, hook=hook, spawn_limit=spawn_limit)
+    return asyncio.run(shell.run())
 
 
 def main(argv: list[str] | None = None) -> int:

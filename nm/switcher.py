@@ -9,9 +9,12 @@ Decided per rank, at every heartbeat (and when ranks start), by the policy:
 
 Without heartbeats (``active`` None) every rank runs. A rank is stopped or continued through its process group
 (which holds whatever it forked); stops go out before continues, so that two ranks never share a PE on
-purpose. Signals are asynchronous: a switch has taken effect when /proc shows every stopped rank in state 'T'
-and no continued one in it. How long that takes from the heartbeat's arrival is recorded for ``storm nodes``
-and the benchmarks, which can also ask for one trace line per heartbeat.
+purpose. A process the job spawned (MPI_Comm_spawn) follows the job's rank on its PE: it runs when that rank
+runs and has its nice value (under gang scheduling, when the job's row runs); it is not measured, and waits
+in MPI as MPICH does (busy polling), since mpihook has no record for it. Signals are asynchronous: a switch
+has taken effect when /proc shows every stopped rank in state 'T' and no continued one in it. How long that
+takes from the heartbeat's arrival is recorded for ``storm nodes`` and the benchmarks, which can also ask
+for one trace line per heartbeat.
 """
 
 from __future__ import annotations
@@ -54,6 +57,16 @@ class Unit:
     nice: int = 0
 
 
+@dataclass
+class Follower:
+    """A process a job spawned on this node: it follows the job's rank on its PE."""
+
+    job_id: int
+    pe: int
+    running: bool = True
+    nice: int = 0
+
+
 class ContextSwitcher:
     def __init__(
         self,
@@ -69,6 +82,7 @@ class ContextSwitcher:
         self.set_wait = set_wait  # asked (job id, record index, spin-block?) to change how a rank waits
         self.policy = "batch"
         self.units: dict[Key, Unit] = {}
+        self.followers: dict[int, Follower] = {}  # pid -> a spawned process
         self.classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)
         self.f_priority = "slot"  # FCS: which F processes have priority (FcsParameters.f_priority)
         self.group_nice: dict[int, int] = {}  # job -> the nice of its ranks' autogroup on this node
@@ -108,7 +122,19 @@ class ContextSwitcher:
         for key in [k for k in self.units if k[0] == job_id]:
             del self.units[key]
             self.classes.pop(key, None)
+        for pid in [pid for pid, f in self.followers.items() if f.job_id == job_id]:
+            del self.followers[pid]
         self.group_nice.pop(job_id, None)
+
+    def follow(self, job_id: int, pid: int, pe: int) -> None:
+        """A process the job spawned on PE ``pe``: from now on it runs when the job's rank there runs (it is
+        put in that rank's state at once)."""
+        self.followers[pid] = Follower(job_id=job_id, pe=pe)
+        self._apply(self.decide(self.active))
+
+    def unfollow(self, pid: int) -> None:
+        """A spawned process ended: never signal its process group again."""
+        self.followers.pop(pid, None)
 
     def _of(self, job_id: int) -> list[Unit]:
         return [u for u in self.units.values() if u.job_id == job_id]
@@ -150,15 +176,22 @@ class ContextSwitcher:
         stop = [k for k, d in decisions.items() if not d.run and self.units[k].running]
         cont = [k for k, d in decisions.items() if d.run and not self.units[k].running]
         expected: dict[int, bool] = {}
+        for keys, running in ((stop, False), (cont, True)):
+            for key in keys:
+                self.units[key].running = running
+        leaders = {(u.job_id, u.pe): u for u in self.units.values()}
+        followed = self._follow_leaders(leaders)
         for keys, sig, running in ((stop, signal.SIGSTOP, False), (cont, signal.SIGCONT, True)):
             for key in keys:
                 unit = self.units[key]
-                unit.running = running
                 if unit.pid:
                     self.os.signal_group(unit.pid, sig)
                     expected[unit.pid] = running
                 if self.on_switch is not None:
                     self.on_switch(unit.job_id, unit.index, running)
+            for pid in (pid for pid, run in followed.items() if run == running):
+                self.os.signal_group(pid, sig)
+                expected[pid] = running
         favoured = {self.units[k].pe for k, d in decisions.items() if d.prioritized}
         for key, decision in decisions.items():
             unit = self.units[key]
@@ -169,8 +202,25 @@ class ContextSwitcher:
             if nice != unit.nice and unit.pid:
                 self.os.set_nice(unit.pid, nice)
                 unit.nice = nice
+        for pid, follower in self.followers.items():
+            leader = leaders.get((follower.job_id, follower.pe))
+            nice = 0 if leader is None else leader.nice
+            if nice != follower.nice:
+                self.os.set_nice(pid, nice)
+                follower.nice = nice
         self._set_group_nice()
         return expected
+
+    def _follow_leaders(self, leaders: dict[tuple[int, int], Unit]) -> dict[int, bool]:
+        """Spawned processes whose rank changed state: pid -> whether it now runs."""
+        changed = {}
+        for pid, follower in self.followers.items():
+            leader = leaders.get((follower.job_id, follower.pe))
+            running = leader is None or leader.running
+            if running != follower.running:
+                follower.running = running
+                changed[pid] = running
+        return changed
 
     def _set_group_nice(self) -> None:
         """A job's ranks on this node share one session, so one autogroup: it gets the priority of its

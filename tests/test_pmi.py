@@ -278,10 +278,14 @@ def test_put_get_and_errors() -> None:
 @pytest.mark.parametrize(
     ("line", "reply_cmd"),
     [
-        ("cmd=publish_name service=s port=p", "publish_result"),
-        ("cmd=unpublish_name service=s", "unpublish_result"),
-        ("cmd=lookup_name service=s", "lookup_result"),
-        ("cmd=spawn nprocs=1 execname=x", "spawn_result"),
+        ("cmd=publish_name service=s", "publish_result"),  # no port
+        ("cmd=publish_name port=p", "publish_result"),
+        ("cmd=publish_name service=my service port=p", "publish_result"),  # MPICH does not escape
+        ("cmd=unpublish_name", "unpublish_result"),
+        ("cmd=lookup_name", "lookup_result"),
+        ("cmd=lookup_name service=" + "s" * 257, "lookup_result"),
+        ("cmd=publish_name service=s port=" + "p" * 1025, "publish_result"),
+        ("cmd=spawn nprocs=1 execname=x", "spawn_result"),  # spawn is only ever an mcmd
         ("cmd=initack pmiid=1", "initack"),
         ("cmd=no_such_command", "error"),
         ("garbage", "error"),
@@ -295,17 +299,6 @@ def test_unsupported_and_garbage_get_rc_minus_1(line: str, reply_cmd: str) -> No
     assert reply["cmd"] == reply_cmd
     assert reply["rc"] == "-1"
     assert reply["msg"]
-
-
-def test_mcmd_spawn_is_swallowed_then_refused() -> None:
-    w = wireup()
-    block = "mcmd=spawn\nnprocs=2\nexecname=/bin/x y\ntotspawns=2\nspawnssofar=1\nargcnt=0\nendcmd\n"
-    block += "mcmd=spawn\nnprocs=1\nexecname=/bin/z\ntotspawns=2\nspawnssofar=2\nargcnt=0\nendcmd\n"
-    replies = [r for line in block.splitlines(keepends=True) for r in w.handle(0, line).replies]
-    assert len(replies) == 1
-    assert parse_line(replies[0][1])["cmd"] == "spawn_result"
-    assert parse_line(replies[0][1])["rc"] == "-1"
-    assert only_reply(w.handle(0, "cmd=get_appnum"))["rc"] == "0"  # back to normal afterwards
 
 
 def test_abort_and_finalize() -> None:

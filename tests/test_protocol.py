@@ -146,6 +146,16 @@ EXAMPLES: dict[str, p.Message] = {
     "rank_aborted": p.RankAborted(job_id=1, exit=RankExit(rank=0, exit_code=3)),
     "rank_exited": p.RankExited(job_id=1, exit=RankExit(rank=0, signal=15)),
     "shell_done": p.ShellDone(job_id=1, exits=EXITS),
+    "spawned": p.Spawned(job_id=1, world=2, parent=1, pids={"0": 500, "1": 501}, pes={"0": 3, "1": 0}),
+    "spawn_exited": p.SpawnExited(
+        job_id=1, world=2, exit=RankExit(rank=1, exit_code=0, error="x"), aborted=True
+    ),
+    "job_spawned": p.JobSpawned(job_id=1, node="n1", world=0, processes=0, refused="storm: no room"),
+    "spawn_failed": p.SpawnFailed(job_id=1, node="n1", world=2, parent=1, exit=RankExit(rank=0, signal=9)),
+    "pmi_name": p.PmiName(job_id=1, node="n1", seq=3, action="publish", service="svc é", port="tag#0$x$"),
+    "pmi_name_result": p.PmiNameResult(job_id=1, seq=3, ok=False, port="p", error="storm: taken"),
+    "get_spawns": p.GetSpawns(req=11, job_id=1),
+    "spawns": p.SpawnsView(req=11, job_id=1, spawns=2, processes=5, refused=1, last_refusal="storm: no room"),
 }
 
 SUBMIT = {"op": "submit_job", "ranks": 2, "argv": ["/bin/true"], "cwd": "/tmp", "env": {}}
@@ -294,6 +304,13 @@ def launch_body(**changes: Any) -> dict[str, Any]:
     return dict(body)
 
 
+def dynamic(op: str, **changes: Any) -> dict[str, Any]:
+    """The example of a spawn or name message as a body on the wire, with ``changes``."""
+    body = msgpack.unpackb(p.encode(EXAMPLES[op]), raw=False)
+    body.update(changes)
+    return dict(body)
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
@@ -381,6 +398,30 @@ def launch_body(**changes: Any) -> dict[str, Any]:
                 "profile": [{**dataclasses.asdict(PROFILE[0]), "klass": "X"}],
             },
             "job_stats.profile[0]: klass must be CS, F, DC or empty",
+        ),
+        *(
+            (dynamic(op, **changes), expected)
+            for op, changes, expected in [
+                ("spawned", {"world": 0}, "spawned: world must be >= 1"),
+                ("spawned", {"pids": {}, "pes": {}}, "spawned: a spawn starts at least one process"),
+                ("spawned", {"pes": {"0": 3}}, "spawned: pes must give each process a PE"),
+                ("spawned", {"pids": {"0": 0, "1": 1}}, "spawned: pids must map ranks to process ids >= 1"),
+                ("spawn_exited", {"world": -1}, "spawn_exited: world must be >= 1"),
+                ("job_spawned", {"world": 1}, "job_spawned: a refused spawn has world 0"),
+                ("job_spawned", {"refused": ""}, "job_spawned: a refused spawn has world 0"),
+                ("spawn_failed", {"parent": -1}, "spawn_failed: world must be >= 1 and parent >= 0"),
+                (
+                    "pmi_name",
+                    {"action": "delete"},
+                    "pmi_name: action must be one of publish, lookup, unpublish",
+                ),
+                ("pmi_name", {"service": ""}, "pmi_name: service: 1-256 characters"),
+                ("pmi_name", {"service": "s" * 257}, "pmi_name: service: 1-256 characters"),
+                ("pmi_name", {"port": "p" * 1025}, "pmi_name: port: at most 1024 characters"),
+                ("pmi_name", {"port": ""}, "pmi_name: a port is given to publish, and only then"),
+                ("pmi_name", {"action": "lookup"}, "pmi_name: a port is given to publish, and only then"),
+                ("pmi_name_result", {"seq": -1}, "pmi_name_result: seq must be >= 0"),
+            ]
         ),
     ],
 )

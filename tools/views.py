@@ -63,19 +63,27 @@ def cmd_queue(args: argparse.Namespace) -> int:
     return 0
 
 
+def spawned(view: p.SpawnsView) -> str:
+    """What a job spawned (MPI_Comm_spawn), in a few words."""
+    text = f"{view.processes} process(es) in {view.spawns} spawn(s)"
+    if view.refused:
+        text += f"; {view.refused} refused, the last: {view.last_refusal}"
+    return text
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         jobs = client.jobs(tuple(args.job_ids))
+        spawns = {j.id: client.call(p.GetSpawns(job_id=j.id), p.SpawnsView) for j in jobs}
     missing = sorted(set(args.job_ids) - {j.id for j in jobs})
     for job_id in missing:
         print(f"storm: no job {job_id}", file=sys.stderr)
     if args.json:
-        print(
-            json.dumps(
-                [as_json(j) for j in jobs] if len(args.job_ids) > 1 else as_json(jobs[0]) if jobs else None,
-                indent=1,
-            )
-        )
+        counts = {
+            j.id: {k: v for k, v in as_json(spawns[j.id]).items() if k not in ("req", "job_id")} for j in jobs
+        }
+        shown = [{**as_json(j), "spawns": counts[j.id]} for j in jobs]
+        print(json.dumps(shown if len(args.job_ids) > 1 else shown[0] if shown else None, indent=1))
     else:
         now = time.time()
         for job in jobs:
@@ -90,6 +98,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("Row", "-" if job.row is None else job.row),
                 ("Requeue", f"yes (requeued {job.requeues} times)" if job.requeue else "no"),
                 ("MpiHook", "yes" if job.hook else "no (submitted with --no-hook)"),
+                ("Spawned", spawned(spawns[job.id])),
                 ("SubmitTime", format_clock(job.submit_time)), ("StartTime", format_clock(job.start_time)),
                 ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
                 ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
@@ -129,6 +138,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         view = client.call(p.GetStats(job_id=args.job_id), p.StatsView)
+        spawns = client.call(p.GetSpawns(job_id=args.job_id), p.SpawnsView)
     if args.json:
         print(json.dumps(as_json(view), indent=1))
         return 0
@@ -139,6 +149,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(
             f"job {view.job_id} ({view.state}): "
             + ("no statistics yet" if live else "statistics are kept while a job runs")
+            + (f"; spawned {spawned(spawns)}" if spawns.spawns or spawns.refused else "")
         )
         return 0
     print(f"job {view.job_id} ({view.state}), reported {view.age:.1f} s ago; times per communication event:")
@@ -157,6 +168,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     headers = ("RANK", "NODE", "PID", "STATE", "T_CPU(s)", "T_COMM(s)", "C_COMM", "CPU/EV(ms)", "WAIT/EV(ms)",
                "G(ms)", "WAIT")  # fmt: skip
     print(table(headers, rows))
+    if spawns.spawns or spawns.refused:
+        print(f"spawned (not measured): {spawned(spawns)}")
     return 0
 
 
