@@ -61,6 +61,9 @@
 #define SLEEP_MIN_NS 20000u
 #define SLEEP_MAX_NS 500000u
 #define AWAKE_NS 10000u /* sched_yield below */
+/* A gap in MPICH's wait loop this long is a stop by storm-nm (a time slice, 100 ms by default), not the
+ * kernel running another process for a while. */
+#define STOP_GAP_NS 20000000u
 
 struct storm_state storm;
 __thread struct storm_call *storm_current;
@@ -393,7 +396,36 @@ int sched_yield(void)
             return 0;
         }
     }
-    return (int) syscall(SYS_sched_yield);
+    if (!c || c->test_loop)
+        return (int) syscall(SYS_sched_yield);
+    uint64_t before = storm_now();
+    if (!c->loop_from) {
+        c->loop_from = c->last_yield = before;
+        c->loop_cpu = thread_cpu_ns();
+    }
+    if (!c->spinblock && before - c->last_yield > STOP_GAP_NS)
+        c->stopped_ns += before - c->last_yield;
+    int rc = (int) syscall(SYS_sched_yield);
+    c->last_yield = storm_now();
+    if (!c->spinblock && c->last_yield - before > STOP_GAP_NS)
+        c->stopped_ns += c->last_yield - before;
+    return rc;
+}
+
+/*
+ * The time a call that waited in MPICH's loop did not have the CPU, from its first yield to `now`: what the
+ * yields gave other processes (under time sharing the PE's other ranks run then; counted as polling, it
+ * would eat the rank's computation, since T_cpu is its CPU time less its polling: measured, a 2.2 ms-grain
+ * rank sharing its PE showed T_cpu 0), its block phase, and its stops while spin-blocking. Its stops while
+ * polling (gaps of STOP_GAP_NS or more) stay polling time: storm-nm takes those out itself (nm/monitor.py).
+ */
+uint64_t storm_loop_off_cpu(struct storm_call *c, uint64_t now)
+{
+    if (!c->spinblock && now - c->last_yield > STOP_GAP_NS)
+        c->stopped_ns += now - c->last_yield;
+    uint64_t used = thread_cpu_ns() - c->loop_cpu + c->stopped_ns;
+    uint64_t wall = now - c->loop_from;
+    return wall > used ? wall - used : 0;
 }
 
 /* ----------------------------------------------------------------------------------------- init, finalize */

@@ -96,6 +96,12 @@ struct storm_call {
     uint64_t block_cpu;   /* this thread's CPU time at block_start, then the CPU its block phase used */
     uint64_t sleep_ns;    /* the next sleep of the block phase */
     uint64_t awake_until; /* sched_yield: MPICH polls until then after each sleep */
+    /* MPICH's wait loop (hook.c, sched_yield): from its first yield on, the call's CPU time is measured, so
+     * that what other processes ran meanwhile is not taken for polling. */
+    uint64_t loop_from;   /* 0, or the wall time of the call's first sched_yield */
+    uint64_t loop_cpu;    /* this thread's CPU time then */
+    uint64_t last_yield;  /* when the last sched_yield returned */
+    uint64_t stopped_ns;  /* gaps between yields long enough to be storm-nm's stops, while polling */
     int follow;           /* it waits as control.wait_mode says: the thread's outermost call, with a segment */
     int live;             /* counted and published: `follow`, and no other thread's call is counted */
     int spinblock;        /* it spin-blocks (from entry, or since storm-nm switched it) */
@@ -113,6 +119,7 @@ STORM_INTERNAL void storm_publish_exit(void);
 STORM_INTERNAL int storm_missing(enum storm_fn_id id);
 STORM_INTERNAL int storm_block(struct storm_call *c, uint64_t now);
 STORM_INTERNAL uint64_t storm_block_end(struct storm_call *c, uint64_t now);
+STORM_INTERNAL uint64_t storm_loop_off_cpu(struct storm_call *c, uint64_t now);
 
 static inline uint64_t storm_now(void)
 {
@@ -135,7 +142,7 @@ static inline int storm_enter(struct storm_call *c, uint32_t call)
     struct storm_hook_control *control = &storm.record->control;
     uint32_t mode = __atomic_load_n(&control->wait_mode, __ATOMIC_RELAXED);
     c->spin_ns = __atomic_load_n(&control->spin_ns, __ATOMIC_RELAXED);
-    c->block_start = c->block_end = c->awake_until = 0;
+    c->block_start = c->block_end = c->awake_until = c->loop_from = c->stopped_ns = 0;
     c->t0 = c->spin_from = storm_now();
     /* A new event unless the previous call ended so recently that nothing was computed in between. */
     if (c->live)
@@ -176,12 +183,14 @@ static inline void storm_leave(struct storm_call *c)
     storm_current = 0;
     uint64_t t1 = storm_now();
     uint64_t blocked = c->block_start ? storm_block_end(c, t1) : 0;
+    if (c->loop_from)
+        blocked = storm_loop_off_cpu(c, t1);
     if (!c->live)
         return;
-    if (c->spinblock) {
+    if (c->spinblock)
         storm.spin_ns += (c->block_start ? c->block_start : t1) - c->t0;
+    if (c->spinblock || c->loop_from)
         storm.block_ns += blocked;
-    }
     storm.comm_ns += t1 - c->t0;
     storm.exit_ns = t1;
     storm_publish_exit();

@@ -220,7 +220,13 @@ def test_accuracy_against_the_bsp_apps_own_figures(
     samples = bench.accuracy_run(
         program, language, hook=hook, workdir=tmp_path, granularity=granularity, imbalance=imbalance
     )
-    assert [s.rank for s in samples] == [0, 1] and all(s.block_share == 0 for s in samples)
+    assert [s.rank for s in samples] == [0, 1]
+    for s in samples:
+        # Polling, a call gives the CPU away only when MPICH's sched_yield lets another process run (mpi4py's
+        # ranks wait in MPICH's loop, under MPI_THREAD_MULTIPLE), or the host takes the virtual CPU (seen:
+        # with no wait in the guest's run queue); the hook's test loop never yields.
+        # A few microseconds of waiting make that a large share: the test is check_sample's T_cpu.
+        assert language == "python" or s.block_share == 0, s
     for s in samples:
         check_sample(s)
     if imbalance > 1:  # the fast rank waits about what the slow one computes more
