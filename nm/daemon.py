@@ -60,7 +60,7 @@ from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Monitor
 from storm.nm.processes import LinuxProcesses, Processes
 from storm.nm.profile import Profiler
-from storm.nm.switcher import ContextSwitcher
+from storm.nm.switcher import SPIN_BLOCKING_POLICIES, ContextSwitcher
 
 log = logging.getLogger("storm.nm")
 
@@ -226,6 +226,7 @@ class NodeManager:
     def _follow(self, msg: p.NodeRegistered) -> None:
         """Follow the policy of the MM just registered with (heartbeats under gang and FCS)."""
         self.policy = self.switcher.policy = msg.policy
+        self.local.spin_blocking = msg.policy in SPIN_BLOCKING_POLICIES
         self.classifier.constants = msg.fcs
         self.switcher.f_priority = msg.fcs.f_priority
         self.monitor.spin_ns = self.local.spin_ns = int(msg.fcs.spin * 1e9)

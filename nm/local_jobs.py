@@ -34,6 +34,7 @@ from pathlib import Path
 
 from storm.mm import protocol as p
 from storm.mm.config import NMConfig
+from storm.mpihook import SPIN_BLOCK_ENVIRONMENT
 from storm.mpihook.stats import WAIT_POLL, HookSegment, segment_name
 from storm.nm.children import SPAWNED_MPI_NODE, Spawns
 from storm.nm.jobdir import JobDir, job_dirs
@@ -108,6 +109,9 @@ class LocalJobs:
         self.jobs: dict[int, LocalJob] = {}
         self.hook_library = find_hook_library()
         self.spin_ns = 120_000  # T_spin until the MM says otherwise (NodeRegistered.fcs.spin)
+        # The MM's policy may ask ranks to spin-block (sb, fcs): their collectives then use MPICH's
+        # algorithms that can (mpihook.SPIN_BLOCK_ENVIRONMENT), which cost small collectives ~1 us otherwise.
+        self.spin_blocking = False
         self.shells_endpoint = ""
 
     # ------------------------------------------------------------------------------------------- start
@@ -151,6 +155,8 @@ class LocalJobs:
         if library is not None:
             # Without a segment the hook only passes calls through (and still spin-blocks nothing).
             shell.update(hook_library=str(library), hook_segment="" if segment is None else segment.name)
+            if self.spin_blocking:
+                shell.update(hook_environment=dict(SPIN_BLOCK_ENVIRONMENT))
         job.hook_segment = "" if segment is None else segment.name
         try:
             job.shell_pid, job.shell_pidfd = self.os.start_shell(shell, uid=msg.uid, gid=msg.gid, log=log_fd)

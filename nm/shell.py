@@ -34,8 +34,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine
-from dataclasses import dataclass
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
@@ -56,11 +56,14 @@ Rank = Proc  # a rank of the job is a process the shell serves, of world 0
 
 @dataclass(frozen=True)
 class Hook:
-    """mpihook for this job's ranks: the library to preload and the statistics segment the NM made ("" if
-    it could not make one: the hook then passes calls through)."""
+    """mpihook for this job's ranks: the library to preload, the statistics segment the NM made ("" if
+    it could not make one: the hook then passes calls through), and MPICH settings that let their waits
+    spin-block (mpihook.SPIN_BLOCK_ENVIRONMENT, on nodes whose policy may ask for it; a variable the job
+    set itself wins)."""
 
     library: str
     segment: str
+    environment: Mapping[str, str] = field(default_factory=dict)
 
 
 def rank_environment(
@@ -83,6 +86,7 @@ def rank_environment(
         # Preloaded in the ranks only: the job shell and its launcher never load it.
         preload = " ".join(filter(None, (hook.library, env.get("LD_PRELOAD", ""))))
         env["LD_PRELOAD"] = preload
+        env.update({k: v for k, v in hook.environment.items() if k not in env})
         if hook.segment:
             env.update(STORM_HOOK_SEGMENT=hook.segment, STORM_HOOK_INDEX=str(index))
     return env
@@ -482,6 +486,7 @@ def run_shell(
     cpus: list[int],
     hook_library: str = "",
     hook_segment: str = "",
+    hook_environment: dict[str, str] | None = None,
     spawn_limit: int = NMConfig.spawn_limit,
 ) -> int:
     """Run the job shell of the job whose directory is ``jobdir`` until its last rank, and every process the
@@ -490,7 +495,7 @@ def run_shell(
     launch = p.decode(directory.launch.read_bytes(), p.MAX_NODE_MESSAGE)
     if not isinstance(launch, p.LaunchJob):
         raise SystemExit(f"{directory.launch} does not hold a launch_job message")
-    hook = Hook(hook_library, hook_segment) if hook_library else None
+    hook = Hook(hook_library, hook_segment, hook_environment or {}) if hook_library else None
     shell = Shell(launch, node, cpus, endpoint, directory, hook=hook, spawn_limit=spawn_limit)
     return asyncio.run(shell.run())
 

@@ -42,6 +42,9 @@ BACKGROUND_NICE = 10  # DC and F processes sharing a PE with an F process whose 
 Key = tuple[int, int]  # (job id, rank)
 
 
+SPIN_BLOCKING_POLICIES = ("sb", "fcs")  # the policies under which ranks may be told to spin-block
+
+
 @dataclass
 class Unit:
     """One rank of a job on this node."""
