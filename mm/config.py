@@ -72,6 +72,9 @@ class MMConfig:
     client_tcp_endpoint: str = ""
     # Users (names or uids) who may cancel anyone's jobs, as root may.
     operators: list[str] = field(default_factory=list)
+    # The hang watchdog: a running job whose every rank has been inside one blocking MPI call for this many
+    # seconds is shown as possibly deadlocked (storm show, storm stats, storm queue). 0: off.
+    hang_warning: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,6 +237,8 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError(f"fcs: {exc}") from None
     if config.mm.node_timeout <= 0 or config.mm.kill_timeout <= 0:
         raise ConfigError("mm.node_timeout and mm.kill_timeout must be positive")
+    if not 0 <= config.mm.hang_warning < float("inf"):
+        raise ConfigError("mm.hang_warning must be 0 (off) or a number of seconds")
     if config.mm.max_requeues < 0:
         raise ConfigError("mm.max_requeues must not be negative (0: never requeue)")
     if not 4096 <= config.mm.max_message_bytes <= MAX_NODE_MESSAGE:

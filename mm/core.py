@@ -175,7 +175,8 @@ class Controller(Runs):
                 waits = self.reasons[job.id]
                 info = dataclasses.replace(info, reason=f"{waits} ({job.reason})" if job.requeues else waits)
             if job.id in self.active and now is not None:
-                info = dataclasses.replace(info, suspended_time=self.suspended(job, now))
+                warning = self.reports.hang(job, now, self.config.hang_warning)
+                info = dataclasses.replace(info, suspended_time=self.suspended(job, now), warning=warning)
             infos.append(info)
         return infos
 
@@ -413,7 +414,7 @@ class Controller(Runs):
         job = self.job(job_id)
         if job is None:
             raise Rejected("unknown_job", f"no job {job_id}")
-        return self.reports.view(job, now)
+        return self.reports.view(job, now, self.config.hang_warning)
 
     def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> Error | None:
         """Collect one node's arrival at a cross-node PMI barrier; answer all nodes when the last arrives.

@@ -190,6 +190,8 @@ class JobInfo:
     requeues: int = 0
     # Its ranks run mpihook (storm submit --no-hook: they do not, and FCS cannot measure them).
     hook: bool = True
+    # Set while it runs if every rank has sat in one blocking MPI call for [mm] hang_warning seconds.
+    warning: str = ""
 
     def __post_init__(self) -> None:
         _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
@@ -240,11 +242,21 @@ class RankStats:
     klass: str = ""
     cslots: int = 0
     tslots: int = 0
+    # The blocking MPI call the rank is in ("MPI_Recv"; "" when it is in none) and for how long (seconds, as
+    # of the report): what the hang watchdog looks at (mm/reports.py).
+    call: str = ""
+    call_time: float = 0.0
+    # How mpihook can make it wait: under MPI_THREAD_MULTIPLE every call stays MPICH's own (it spin-blocks
+    # in MPICH's loop); with ``collectives_poll`` its collectives over shared memory cannot spin-block.
+    thread_multiple: bool = False
+    collectives_poll: bool = False
 
     def __post_init__(self) -> None:
         _check(self.state in RANK_STATES, f"unknown rank state {self.state!r}")
         _check(self.wait_mode in ("poll", "spin-block"), f"unknown wait mode {self.wait_mode!r}")
         _check_class(self.klass)
+        _check(len(self.call) <= 64 and _plain(self.call), "call: the name of an MPI call")
+        _check(self.call_time >= 0 and (self.call_time == 0 or bool(self.call)), "call_time: >= 0, in a call")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -457,6 +469,7 @@ class StatsView(Reply):
     ranks: tuple[RankStats, ...]
     # Where each process's time went, per class: live, and kept after the job ends (with [nm] profile on).
     profile: tuple[ProfileEntry, ...] = ()
+    warning: str = ""  # as JobInfo.warning
 
 
 @message("get_classes")

@@ -6,6 +6,8 @@ The controller (mm/core.py) decides which reports to accept (a running job, from
 
 from __future__ import annotations
 
+from collections import Counter
+
 from storm.mm.jobs import Job
 from storm.mm.protocol import JobNodeDone, JobStats, ProfileEntry, RankStats, StatsView
 from storm.mm.store import Store
@@ -36,7 +38,25 @@ class Reports:
         found = [r for j in wanted for _, ranks, _ in self.live.get(j, {}).values() for r in ranks]
         return sorted(found, key=lambda r: (r.job_id, r.rank))
 
-    def view(self, job: Job, now: float) -> StatsView:
+    def hang(self, job: Job, now: float, after: float) -> str:
+        """The watchdog's warning for a running job ("" if none): every rank of the job has been inside one
+        blocking MPI call for at least ``after`` seconds (0: never), as its nodes last reported. A rank with
+        no measurement (not in MPI yet, --no-hook, a foreign MPI) keeps the job from being suspected: the
+        watchdog only says what mpihook knows. O(ranks)."""
+        reports = self.live.get(job.id)
+        if after <= 0 or not reports:
+            return ""
+        ranks = [(when, r) for when, ranks, _ in reports.values() for r in ranks]
+        if len(ranks) < job.spec.ranks or not all(r.call for _, r in ranks):
+            return ""
+        stuck = min(r.call_time + (now - when) for when, r in ranks)
+        if stuck < after:
+            return ""
+        calls = Counter(r.call for _, r in ranks)
+        where = ", ".join(f"{call} ({n} of {len(ranks)})" for call, n in sorted(calls.items()))
+        return f"possibly deadlocked: every rank in a blocking MPI call for over {int(stuck)} s: {where}"
+
+    def view(self, job: Job, now: float, hang_after: float = 0.0) -> StatsView:
         """The job's ranks as last reported while it ran; its profile live, or as stored once it ended."""
         reports = self.live.get(job.id, {})
         ranks = sorted((r for _, ranks, _ in reports.values() for r in ranks), key=lambda r: r.rank)
@@ -50,4 +70,5 @@ class Reports:
             age=-1.0 if newest is None else now - newest,
             ranks=tuple(ranks),
             profile=tuple(sorted(profile, key=lambda e: (e.rank, e.klass))),
+            warning=self.hang(job, now, hang_after) if job.state.active else "",
         )

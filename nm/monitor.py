@@ -24,7 +24,15 @@ import time
 from dataclasses import dataclass
 
 from storm.mm.protocol import RankStats
-from storm.mpihook.stats import FOREIGN_MPI, WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters
+from storm.mpihook.stats import (
+    COLLECTIVES_POLL,
+    FOREIGN_MPI,
+    THREAD_MULTIPLE,
+    WAIT_POLL,
+    WAIT_SPINBLOCK,
+    HookSegment,
+    RankCounters,
+)
 from storm.nm.fcs import Measurement
 from storm.nm.processes import Processes
 from storm.nm.profile import Snapshot
@@ -254,9 +262,12 @@ class Monitor:
         if job is None:
             return []
         result = []
+        now_ns = time.monotonic_ns()  # the hook's clock too (CLOCK_MONOTONIC)
         for index, rank in enumerate(job.ranks):
             pid = job.pids.get(index, 0)
             counters = job.latest[index]
+            in_call = bool(counters and counters.active and counters.in_call and counters.call_name)
+            flags = counters.flags if counters is not None else 0
             measurement = job.measure(index, self.os.cpu_ns(pid) if pid else None)
             mode = job.modes[index]
             if counters is not None and counters.flags & FOREIGN_MPI:
@@ -277,6 +288,10 @@ class Monitor:
                     granularity=measurement.granularity if measurement and measurement.c_comm else None,
                     calls=counters.calls if counters else 0,
                     wait_mode="spin-block" if mode == WAIT_SPINBLOCK else "poll",
+                    call=counters.call_name if in_call and counters else "",
+                    call_time=max(0, now_ns - counters.enter_ns) / 1e9 if in_call and counters else 0.0,
+                    thread_multiple=bool(flags & THREAD_MULTIPLE),
+                    collectives_poll=bool(flags & COLLECTIVES_POLL),
                 )
             )
         return result

@@ -154,3 +154,53 @@ def test_programs_that_hang_on_mpichs_network_path_within_a_host_run_as_under_mp
         assert ended.state == "COMPLETED" and set(ended.nodes) == {"node0", "node1"}, ended
         lines = [line for r in (0, 1) for line in (tmp_path / f"out-{ended.id}-{r}").read_text().splitlines()]
         assert sorted(lines) == want, lines
+
+
+DEADLOCK = (
+    "from mpi4py import MPI\n"
+    "world = MPI.COMM_WORLD\n"
+    "world.Recv([bytearray(8), MPI.BYTE], source=1 - world.Get_rank())  # both receive first: a deadlock\n"
+)
+
+
+def test_the_watchdog_shows_a_deadlocked_job_with_the_call_it_is_in(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    cluster = make_cluster(mm_hang_warning=2.0)
+    with cluster.client() as client:
+        job = client.submit([sys.executable, "-c", DEADLOCK], 2, cwd=str(tmp_path))
+        wanted = "possibly deadlocked: every rank in a blocking MPI call for over"
+
+        def warned() -> bool:
+            (info,) = client.jobs((job,))
+            return info.warning.startswith(wanted)
+
+        poll(warned, 30, "the watchdog's warning")
+        (info,) = client.jobs((job,))
+        assert info.warning.endswith(": MPI_Recv (2 of 2)"), info.warning
+        show = storm_cli(cluster, "show", str(job)).stdout
+        assert f"Warning: {info.warning[:40]}" in show, show
+        out = storm_cli(cluster, "stats", str(job)).stdout.splitlines()
+        assert out[1].split()[-2:] == ["IN", "CALL"] and all("MPI_Recv" in line for line in out[2:4]), out
+        assert out[-1].startswith(f"WARNING: {wanted}"), out
+        client.cancel((job,))
+        assert client.wait(job, timeout=JOB_TIMEOUT).state == "CANCELLED"
+
+
+CVARS = "import os; print(os.environ.get('MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM', '-'), flush=True)"
+
+
+@pytest.mark.parametrize("policy", ["sb", "gang"])
+def test_ranks_get_mpichs_yielding_collectives_where_they_may_spin_block(
+    policy: str, make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    """Under sb and FCS a rank may be told to spin-block: its collectives then use MPICH's algorithms that
+    can (mpihook.SPIN_BLOCK_ENVIRONMENT), unless the job chose its own; elsewhere MPICH's defaults stay."""
+    cluster = make_cluster(policy=policy, mm_mpl=2)
+    out = tmp_path / "out-%j-%t"
+    with cluster.client() as client:
+        default = run_job(client, [sys.executable, "-c", CVARS], 1, tmp_path, output=str(out))
+        env = {**os.environ, "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM": "auto"}
+        own = run_job(client, [sys.executable, "-c", CVARS], 1, tmp_path, output=str(out), env=env)
+    assert (tmp_path / f"out-{default.id}-0").read_text() == ("mpir\n" if policy == "sb" else "-\n")
+    assert (tmp_path / f"out-{own.id}-0").read_text() == "auto\n"

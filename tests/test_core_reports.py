@@ -8,6 +8,7 @@ about an earlier run of a requeued job are taken as before (tests/test_core_node
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -163,3 +164,63 @@ def test_a_requeued_jobs_last_run_may_still_report_but_no_other_node(store: Stor
     assert ("n1", job_id) in kills(take(ctl))
     other = submit(ctl, 1, now=T0 + 14)
     assert isinstance(report(ctl, JobLaunched(job_id=other, node="n1", pids={"0": 1}), T0 + 14), p.Error)
+
+
+# ------------------------------------------------------------------------------------------- the watchdog
+
+
+def in_call(rank: int, node: str, call: str, seconds: float, job_id: int = 1) -> p.RankStats:
+    return p.RankStats(
+        rank=rank, node=node, pid=100 + rank, state="active", t_cpu=1.0, t_comm=seconds, c_comm=10,
+        granularity=0.1, calls=10, wait_mode="poll", job_id=job_id, call=call, call_time=seconds,
+    )  # fmt: skip
+
+
+def warning(ctl: Controller, job_id: int, now: float) -> tuple[str, str]:
+    """What storm show and storm stats say of the job."""
+    (info,) = ctl.job_infos((job_id,), now=now)
+    return info.warning, ctl.stats_view(job_id, now).warning
+
+
+def test_the_watchdog_reports_a_job_whose_every_rank_sits_in_one_call(store: Store) -> None:
+    ctl = make(store, hang_warning=60.0)
+    for node in ("n1", "n2"):
+        reg(ctl, node)
+    job_id = running(ctl, 2)
+    stuck = {
+        "n1": in_call(0, "n1", "MPI_Recv", 50.0, job_id),
+        "n2": in_call(1, "n2", "MPI_Barrier", 55.0, job_id),
+    }
+    for node, stats in stuck.items():
+        assert ctl.job_stats(JobStats(job_id=job_id, node=node, ranks=(stats,)), T0) is None
+    assert warning(ctl, job_id, T0) == ("", "")  # 50 s: not yet
+    text = (
+        "possibly deadlocked: every rank in a blocking MPI call for over 60 s: "
+        "MPI_Barrier (1 of 2), MPI_Recv (1 of 2)"
+    )
+    assert warning(ctl, job_id, T0 + 10.0) == (text, text)  # the reports age with the clock
+    # A rank that returned from its call clears the warning: the job is not stuck.
+    free = dataclasses.replace(stuck["n2"], call="", call_time=0.0)
+    ctl.job_stats(JobStats(job_id=job_id, node="n2", ranks=(free,)), T0 + 10.0)
+    assert warning(ctl, job_id, T0 + 10.0) == ("", "")
+
+
+@pytest.mark.parametrize(("hang_warning", "reported"), [(0.0, ("n1", "n2")), (1.0, ("n1",))])
+def test_the_watchdog_is_off_by_default_and_needs_every_rank(
+    hang_warning: float, reported: tuple[str, ...], store: Store
+) -> None:
+    ctl = make(store, hang_warning=hang_warning)
+    for node in ("n1", "n2"):
+        reg(ctl, node)
+    job_id = running(ctl, 2)
+    for rank, node in enumerate(reported):
+        stats = in_call(rank, node, "MPI_Recv", 99.0, job_id)
+        ctl.job_stats(JobStats(job_id=job_id, node=node, ranks=(stats,)), T0)
+    assert warning(ctl, job_id, T0 + 100.0) == ("", "")
+
+
+def test_a_rank_report_says_which_call_only_with_its_time() -> None:
+    with pytest.raises(p.ProtocolError):
+        dataclasses.replace(in_call(0, "n1", "", 0.0), call_time=3.0)
+    with pytest.raises(p.ProtocolError):
+        in_call(0, "n1", "MPI_" + "x" * 64, 3.0)

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from storm.mm import protocol as p
@@ -103,6 +103,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
                 ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
             ]  # fmt: skip
+            if job.warning:
+                fields.insert(5, ("Warning", job.warning))
             print("\n".join(f"{k:>11}: {v}" for k, v in fields))
             print()
     return 1 if missing else 0
@@ -135,6 +137,26 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def hook_notes(ranks: tuple[p.RankStats, ...]) -> list[str]:
+    """What mpihook could not do for these ranks, said once per kind."""
+
+    def which(pick: Callable[[p.RankStats], bool]) -> str:
+        return ",".join(str(r.rank) for r in ranks if pick(r))
+
+    notes = []
+    if threaded := which(lambda r: r.thread_multiple):
+        notes.append(
+            f"ranks {threaded}: MPI_THREAD_MULTIPLE: every MPI call stays MPICH's own blocking call"
+            " (measured around it; it spin-blocks inside MPICH's wait loop)"
+        )
+    if polling := which(lambda r: r.collectives_poll and r.wait_mode == "spin-block"):
+        notes.append(
+            f"ranks {polling}: their collectives over shared memory poll: the job's"
+            " MPIR_CVAR_<COLL>_POSIX_INTRA_ALGORITHM settings choose algorithms that cannot spin-block"
+        )
+    return notes
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         view = client.call(p.GetStats(job_id=args.job_id), p.StatsView)
@@ -162,12 +184,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
             r.rank, r.node, r.pid, r.state, f"{r.t_cpu:.3f}", f"{r.t_comm:.3f}", r.c_comm,
             per_event(r.t_cpu, r.c_comm), per_event(r.t_comm, r.c_comm),
             "-" if r.granularity is None else f"{r.granularity * 1000:.3f}", r.wait_mode,
+            f"{r.call} {r.call_time:.1f}s" if r.call else "-",
         )
         for r in view.ranks
     ]  # fmt: skip
     headers = ("RANK", "NODE", "PID", "STATE", "T_CPU(s)", "T_COMM(s)", "C_COMM", "CPU/EV(ms)", "WAIT/EV(ms)",
-               "G(ms)", "WAIT")  # fmt: skip
+               "G(ms)", "WAIT", "IN CALL")  # fmt: skip
     print(table(headers, rows))
+    for note in hook_notes(view.ranks):
+        print(note)
+    if view.warning:
+        print(f"WARNING: {view.warning}")
     if spawns.spawns or spawns.refused:
         print(f"spawned (not measured): {spawned(spawns)}")
     return 0
