@@ -48,6 +48,9 @@ from storm.nm.switcher import ContextSwitcher
 log = logging.getLogger("storm.nm")
 
 
+UCX_SHM_PREFIX = "ucx_shm_posix_"
+
+
 def find_hook_library() -> Path | None:
     """mpihook's shared library, or None (jobs then run without statistics) if it was not built."""
     try:
@@ -81,6 +84,9 @@ class LocalJob:
     # kernel vouches for by pid): replies go there. Empty until the shell has spoken to this NM.
     peer: bytes = b""
     spawns: Spawns = field(default_factory=Spawns)  # what its ranks spawned here (MPI_Comm_spawn)
+    # /dev/shm entries its processes mapped when the NM set out to kill them: UCX's (ucx_shm_posix_*, named
+    # at random, unlinked only by a process that ends normally) are swept with MPICH's.
+    mapped_shm: set[str] = field(default_factory=set)
 
 
 class LocalJobs:
@@ -285,6 +291,9 @@ class LocalJobs:
         job.killing = True
         self.switcher.remove(job.launch.job_id)  # no more time slices: it is continued to be terminated
         log.info("job %d: stopping its ranks (%s)", job.launch.job_id, reason)
+        if job.shell_pid:
+            members = [pid for pid in self.os.session_members(job.shell_pid) if pid != job.shell_pid]
+            job.mapped_shm = {n for n in self.os.mapped_shm(members) if n.startswith(UCX_SHM_PREFIX)}
         self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
         if job.shell_pid:
             self.os.signal(job.shell_pid, signal.SIGTERM)
@@ -335,7 +344,11 @@ class LocalJobs:
         self.switcher.remove(job.launch.job_id)
         self.monitor.remove(job.launch.job_id)
         self._signal_session(job, signal.SIGKILL, spare_shell=True)  # what the ranks left running
-        shm = [*mpich_shm_names(job.launch.kvsname, job.launch.mpi_node), *job.spawns.shm_names(job.launch)]
+        shm = [
+            *mpich_shm_names(job.launch.kvsname, job.launch.mpi_node),
+            *job.spawns.shm_names(job.launch),
+            *sorted(job.mapped_shm),
+        ]
         removed = self.os.remove_shm(shm)
         if removed:
             log.info("job %d: removed shared memory left behind: %s", job.launch.job_id, ", ".join(removed))

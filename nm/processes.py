@@ -79,6 +79,10 @@ class Processes(Protocol):
         """Unlink those of the named /dev/shm entries that exist; return the names removed."""
         ...
 
+    def mapped_shm(self, pids: Collection[int]) -> set[str]:
+        """The /dev/shm entries (names) these live processes map; gone processes map nothing."""
+        ...
+
 
 class LinuxProcesses:
     def __init__(self) -> None:
@@ -170,6 +174,17 @@ class LinuxProcesses:
                 if fields is not None and int(fields[3]) == sid:
                     members.append(int(entry))
         return members
+
+    def mapped_shm(self, pids: Collection[int]) -> set[str]:
+        found: set[str] = set()
+        prefix = f"{SHM_DIR}/"
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                    path = line.split(maxsplit=5)[5:]
+                    if path and path[0].startswith(prefix):
+                        found.add(path[0][len(prefix) :].removesuffix(" (deleted)"))
+        return {name for name in found if "/" not in name}
 
     def remove_shm(self, names: Collection[str]) -> list[str]:
         removed = []

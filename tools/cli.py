@@ -351,8 +351,8 @@ def add_cluster_commands(sub: Any) -> None:
     b = sub.add_parser("bench", help="benchmarks (each starts its own throwaway cluster)")
     kinds = (
         "launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost; "
-        "scenarios: the FCS paper's workloads under every policy; system: launch, gang and hook in one table; "
-        "mpi4py: mpi4py's own test suite under storm's policies against mpiexec"
+        "scenarios: the FCS paper's workloads under every policy; system: launch, gang and hook in one "
+        "table; mpi4py: mpi4py's own test suite under storm's policies against mpiexec"
     )
     b.add_argument("which", choices=("launch", "gang", "hook", "scenarios", "system", "mpi4py"), help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
