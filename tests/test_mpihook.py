@@ -200,14 +200,18 @@ def check_sample(s: bench.Sample) -> None:
     - events: one per iteration (its two back-to-back Sendrecv are one event); a preemption of the rank
       between them can split them, so up to one more per time the kernel preempted it;
     - the wait per communication within 5% of the app's, or within 1% of the granularity when the wait is too
-      short for a ratio to mean anything: the app's timer also counts its own work around the MPI calls
-      (mpi4py's: 4-40 us per iteration); and never more in total than the app measured around the calls;
+      short for a ratio to mean anything, give or take what the app's timer counts around the MPI calls and
+      the hook's cannot: mpi4py's argument handling (measured in the same run) and the rank's waits for a CPU
+      between the calls (seen in CI: 9.6 us per iteration, with 14 us of difference); and never more in total
+      than the app measured around the calls;
     - the CPU time per communication within 5% of the app's, plus what the rank waited for a CPU: the
       subtraction of comm_ns - block_ns takes all of that waiting for polling.
     """
     what = f"{s.language} {s.granularity:g}s x{s.imbalance:g} {s.mode} rank {s.rank}: {s}"
     assert s.iterations <= s.events <= s.iterations + s.preempted, what
-    assert abs(s.hook_wait - s.app_wait) <= max(0.05 * s.app_wait, 0.01 * s.granularity), what
+    assert (
+        abs(s.hook_wait - s.app_wait) <= max(0.05 * s.app_wait, 0.01 * s.granularity) + s.unseen + s.runqueue
+    ), what
     assert s.hook_wait * s.events <= s.app_wait * s.iterations * 1.001 + 1e-6, what
     assert abs(s.hook_cpu - s.app_cpu) <= 0.05 * s.app_cpu + s.runqueue, what
 
