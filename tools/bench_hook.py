@@ -418,9 +418,10 @@ def unseen(probe: Mapping[str, Any]) -> float:
     with MPI_PROC_NULL (the app's time for them less the hook's)."""
     if "calibration" not in probe:
         return 0.0
-    hook_ns = probe["calibration_after"]["comm_ns"] - probe["calibration_before"]["comm_ns"]
-    calibration = probe["calibration"]
-    return max(0.0, float(calibration["app_ns"] - hook_ns) / 1e9 / calibration["exchanges"])
+    hook_ns: int = probe["calibration_after"]["comm_ns"] - probe["calibration_before"]["comm_ns"]
+    app_ns: int = probe["calibration"]["app_ns"]
+    exchanges: int = probe["calibration"]["exchanges"]
+    return max(0.0, (app_ns - hook_ns) / 1e9 / exchanges)
 
 
 # ---------------------------------------------------------------------------------------------- overhead
