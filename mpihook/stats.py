@@ -12,6 +12,7 @@ record's statistics.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import struct
@@ -72,9 +73,18 @@ class RankCounters:
         return CALLS[self.call - 1] if 0 < self.call <= len(CALLS) else ""
 
 
-def segment_name(job_id: int, node_index: int) -> str:
-    """A name no other job can have (not even one whose id a store reset handed out again)."""
-    return f"/storm-hook-{job_id}-{node_index}-{secrets.token_hex(4)}"
+def segment_name(job_id: int, node_index: int, *, cluster: str = "", run: str = "") -> str:
+    """A name no other job can have: ``cluster`` (:func:`cluster_token`) tells clusters on one host apart,
+    and ``run`` (a run's kvsname, drawn at random by storm-mm) a job from one whose id a store reset handed
+    out again, and a run of a requeued job from the one before. Without ``run``, a random token."""
+    nonce = hashlib.sha256(run.encode()).hexdigest()[:8] if run else secrets.token_hex(4)
+    return f"/storm-hook-{cluster or 'x'}-{job_id}-{node_index}-{nonce}"
+
+
+def cluster_token(name: str, mm_endpoint: str) -> str:
+    """8 hex digits that name a cluster on this host in its shared-memory segments: its name and the
+    endpoint of its storm-mm, which no two running clusters share."""
+    return hashlib.sha256(f"{name}\0{mm_endpoint}".encode()).hexdigest()[:8]
 
 
 def _parse(data: bytes, offset: int) -> RankCounters | None:

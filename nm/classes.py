@@ -3,26 +3,26 @@
 At every heartbeat the processes of the row that just ran have finished an assigned slot: each is evaluated
 (Algorithm 2, nm/fcs.py) from what the monitor measured since its last reset, the monitor is reset when the
 class changes (or when the MM announces the job's periodic reset), and the switcher learns the new class.
-Class changes are kept until the next report, which carries them to the MM's durable timeline.
+Class changes are kept until the job's next report, which the node core sends at once (nm/node.py) to the
+MM's durable timeline.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection
 from dataclasses import replace
 
 from storm.mm.protocol import ClassChange, FcsParameters
 from storm.nm.fcs import ProcessClass, end_of_slot
-from storm.nm.monitor import Monitor
+from storm.nm.monitor import Measurements
 from storm.nm.switcher import ContextSwitcher, Key
 
 log = logging.getLogger("storm.nm")
 
 
 class Classifier:
-    def __init__(self, node: str, monitor: Monitor, switcher: ContextSwitcher) -> None:
+    def __init__(self, node: str, monitor: Measurements, switcher: ContextSwitcher) -> None:
         self.node = node
         self.monitor = monitor
         self.switcher = switcher
@@ -34,11 +34,13 @@ class Classifier:
     def state(self, key: Key) -> ProcessClass:
         return self.states.get(key, ProcessClass())
 
-    def end_of_slot(self, row: int | None, resets: Collection[int] = ()) -> None:
-        """The processes of ``row`` have just finished an assigned slot: evaluate each of them."""
+    def end_of_slot(self, row: int | None, resets: Collection[int] = (), *, now: float) -> set[int]:
+        """The processes of ``row`` have just finished an assigned slot (at ``now``, wall-clock seconds):
+        evaluate each of them. Returns the jobs with a process whose class changed."""
         present, self._present = self._present, set(self.switcher.units)
+        changed: set[int] = set()
         if row is None:
-            return
+            return changed
         for key, unit in list(self.switcher.units.items()):
             if unit.row != row or key not in present:
                 continue  # not its slot, or it was not here when the slot began (the MM counts alike)
@@ -61,13 +63,15 @@ class Classifier:
                     job_id=unit.job_id,
                     rank=unit.rank,
                     node=self.node,
-                    time=time.time(),
+                    time=now,
                     old=old.klass.value,
                     new=new.klass.value,
                     tslots=new.tslots,
                 )
                 self.changes.append(change)
+                changed.add(unit.job_id)
                 log.debug("job %d rank %d: %s -> %s", unit.job_id, unit.rank, old.klass, new.klass)
+        return changed
 
     def forget(self, job_id: int) -> None:
         for key in [k for k in self.states if k[0] == job_id]:

@@ -149,3 +149,20 @@ def context_switch(
                 prioritized=proc.klass is Klass.F and (f_always or proc.row == active_row),
             )
     return decisions
+
+
+def decide(
+    policy: str, processes: Iterable[Process], active_row: int | None, *, f_always: bool = False
+) -> dict[tuple[int, int], Decision]:
+    """The context switch of a node under every policy, for ``active_row`` (None: no heartbeats, all run).
+
+    - batch: every rank runs and busy-polls (MPICH's own way);
+    - gang: only the active row's ranks run, the others are stopped; all poll;
+    - sb (spin-block, implicit coscheduling): every rank runs and spin-blocks in blocking calls;
+    - fcs: Algorithm 1 (:func:`context_switch`), from each process's class.
+    """
+    if policy == "fcs":
+        return context_switch(processes, active_row, f_always=f_always)
+    spin = policy == "sb"
+    gang = policy == "gang" and active_row is not None
+    return {proc.key: Decision(run=not gang or proc.row == active_row, spin_block=spin) for proc in processes}

@@ -21,24 +21,21 @@ between is lost.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import pwd
 import signal
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from storm.mm import protocol as p
 from storm.mm.config import NMConfig
 from storm.mpihook import SPIN_BLOCK_ENVIRONMENT
-from storm.mpihook.stats import WAIT_POLL, HookSegment, segment_name
+from storm.mpihook.stats import segment_name
 from storm.nm.children import SPAWNED_MPI_NODE, Spawns
 from storm.nm.jobdir import JobDir, job_dirs
-from storm.nm.monitor import Monitor
+from storm.nm.monitor import Measurements
 from storm.nm.pmi import mpich_shm_names
 from storm.nm.processes import Processes
 from storm.nm.profile import Profiler
@@ -87,6 +84,12 @@ class LocalJob:
     # /dev/shm entries its processes mapped when the NM set out to kill them: UCX's (ucx_shm_posix_*, named
     # at random, unlinked only by a process that ends normally) are swept with MPICH's.
     mapped_shm: set[str] = field(default_factory=set)
+    # The PMI barrier its shell may enter next; None for a re-adopted job until its shell has entered one.
+    next_barrier: int | None = None
+
+    @property
+    def job_id(self) -> int:
+        return self.launch.job_id
 
 
 class LocalJobs:
@@ -101,8 +104,9 @@ class LocalJobs:
         *,
         processes: Processes,
         switcher: ContextSwitcher,
-        monitor: Monitor,
+        monitor: Measurements,
         profiler: Profiler | None = None,
+        cluster: str = "",
     ) -> None:
         self.config = config
         self.node = node
@@ -112,9 +116,9 @@ class LocalJobs:
         self.switcher = switcher
         self.monitor = monitor
         self.profiler = profiler
+        self.cluster = cluster  # mpihook.stats.cluster_token: in the names of the jobs' segments
         self.jobs: dict[int, LocalJob] = {}
         self.hook_library = find_hook_library()
-        self.spin_ns = 120_000  # T_spin until the MM says otherwise (NodeRegistered.fcs.spin)
         # The MM's policy may ask ranks to spin-block (sb, fcs): their collectives then use MPICH's
         # algorithms that can (mpihook.SPIN_BLOCK_ENVIRONMENT), which cost small collectives ~1 us otherwise.
         self.spin_blocking = False
@@ -122,9 +126,10 @@ class LocalJobs:
 
     # ------------------------------------------------------------------------------------------- start
 
-    def launch(self, msg: p.LaunchJob, on_shell_exit: Callable[[LocalJob], None]) -> LocalJob:
-        """Start the node's ranks of a job; a failure leaves the job done, with every rank failed."""
-        job = LocalJob(launch=msg, dir=JobDir.of(self.run_dir, msg.job_id))
+    def launch(self, msg: p.LaunchJob) -> LocalJob:
+        """Start the node's ranks of a job; a failure leaves the job done, with every rank failed. The
+        caller watches ``shell_pidfd`` for the shell's end."""
+        job = LocalJob(launch=msg, dir=JobDir.of(self.run_dir, msg.job_id), next_barrier=0)
         self.jobs[msg.job_id] = job
         self.switcher.add(msg.job_id, [(s.rank, s.pe) for s in msg.slots], msg.row)
         try:
@@ -134,7 +139,6 @@ class LocalJobs:
             text = f"launch failed on {self.node}: {exc}"
             self.finish(job, tuple(p.RankExit(rank=s.rank, error=text) for s in msg.slots))
             return job
-        asyncio.get_running_loop().add_reader(job.shell_pidfd, on_shell_exit, job)
         log.info("job %d: shell %d starting ranks %s", msg.job_id, job.shell_pid, [s.rank for s in msg.slots])
         return job
 
@@ -160,10 +164,10 @@ class LocalJobs:
         segment = self._hook_segment(msg) if library is not None else None
         if library is not None:
             # Without a segment the hook only passes calls through (and still spin-blocks nothing).
-            shell.update(hook_library=str(library), hook_segment="" if segment is None else segment.name)
+            shell.update(hook_library=str(library), hook_segment=segment or "")
             if self.spin_blocking:
                 shell.update(hook_environment=dict(SPIN_BLOCK_ENVIRONMENT))
-        job.hook_segment = "" if segment is None else segment.name
+        job.hook_segment = segment or ""
         try:
             job.shell_pid, job.shell_pidfd = self.os.start_shell(shell, uid=msg.uid, gid=msg.gid, log=log_fd)
         finally:
@@ -192,18 +196,14 @@ class LocalJobs:
         runs without it."""
         return self.hook_library if msg.hook and self.config.hook else None
 
-    def _hook_segment(self, msg: p.LaunchJob) -> HookSegment | None:
-        """The job's mpihook statistics segment, made before its ranks start."""
-        try:
-            name = segment_name(msg.job_id, msg.node_index)
-            segment = HookSegment.create(name, msg.job_id, len(msg.slots), msg.uid, msg.gid)
-        except (OSError, ValueError) as exc:
-            log.warning("job %d: no mpihook statistics: %s", msg.job_id, exc)
-            return None
-        for index in range(len(msg.slots)):
-            segment.set_wait(index, WAIT_POLL, self.spin_ns)
-        self.monitor.add(msg.job_id, segment, [s.rank for s in msg.slots])
-        return segment
+    def _hook_segment(self, msg: p.LaunchJob) -> str | None:
+        """The name of the job's mpihook statistics segment, made before its ranks start; None if none."""
+        name = segment_name(msg.job_id, msg.node_index, cluster=self.cluster, run=msg.kvsname)
+        return (
+            name
+            if self.monitor.create(msg.job_id, name, [s.rank for s in msg.slots], msg.uid, msg.gid)
+            else None
+        )
 
     def started(self, job: LocalJob, pids: dict[int, int]) -> bool:
         """The shell spawned the ranks: time slices and measurements now apply to them.
@@ -285,9 +285,11 @@ class LocalJobs:
 
     # ------------------------------------------------------------------------------------------- stop
 
-    def kill(self, job: LocalJob, reason: str) -> None:
+    def kill(self, job: LocalJob, reason: str) -> bool:
+        """Stop the job's ranks: SIGCONT + SIGTERM now; True if the caller is to :meth:`escalate` after
+        ``kill_grace`` (False: the job was already being killed, or is done)."""
         if job.killing or job.done is not None:
-            return
+            return False
         job.killing = True
         self.switcher.remove(job.launch.job_id)  # no more time slices: it is continued to be terminated
         log.info("job %d: stopping its ranks (%s)", job.launch.job_id, reason)
@@ -297,9 +299,10 @@ class LocalJobs:
         self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
         if job.shell_pid:
             self.os.signal(job.shell_pid, signal.SIGTERM)
-        asyncio.get_running_loop().call_later(self.config.kill_grace, self._escalate, job)
+        return True
 
-    def _escalate(self, job: LocalJob) -> None:
+    def escalate(self, job: LocalJob) -> None:
+        """The grace period of a kill is over: SIGKILL what is left."""
         if job.done is None:
             log.info("job %d: ranks outlived the grace period, sending SIGKILL", job.launch.job_id)
             self._signal_ranks(job, (signal.SIGKILL,))
@@ -366,20 +369,15 @@ class LocalJobs:
 
     def leave(self) -> int:
         """This NM exits and its jobs run on for the next one: continue every rank time slicing stopped
-        (nobody would continue it meanwhile) and let go of the shells. Returns how many jobs run on."""
-        loop = asyncio.get_running_loop()
+        (nobody would continue it meanwhile). Returns how many jobs run on."""
         running = 0
         for job in self.jobs.values():
-            if job.shell_pidfd >= 0:
-                loop.remove_reader(job.shell_pidfd)
-                os.close(job.shell_pidfd)
-                job.shell_pidfd = -1
             if job.done is None:
                 running += 1
                 self._signal_ranks(job, (signal.SIGCONT,))
         return running
 
-    def recover(self, on_shell_exit: Callable[[LocalJob], None]) -> list[LocalJob]:
+    def recover(self) -> list[LocalJob]:
         """Re-adopt the jobs a previous storm-nm of this node left (restarted, or crashed).
 
         A job whose records are missing or unreadable cannot be followed: its processes are killed and its
@@ -391,7 +389,7 @@ class LocalJobs:
             job: LocalJob | None = None
             if record is not None:
                 try:
-                    job = self._adopt(jobdir, record, on_shell_exit)
+                    job = self._adopt(jobdir, record)
                 except (KeyError, TypeError, ValueError, OSError, p.ProtocolError) as exc:
                     log.warning("job %s: cannot re-adopt it: %s", jobdir.path.name, exc)
             if job is None:
@@ -400,9 +398,7 @@ class LocalJobs:
                 adopted.append(job)
         return adopted
 
-    def _adopt(
-        self, jobdir: JobDir, record: dict[str, object], on_shell_exit: Callable[[LocalJob], None]
-    ) -> LocalJob | None:
+    def _adopt(self, jobdir: JobDir, record: dict[str, object]) -> LocalJob | None:
         data = jobdir.load_launch()
         launch = None if data is None else p.decode(data, p.MAX_NODE_MESSAGE)
         if not isinstance(launch, p.LaunchJob) or str(launch.job_id) != jobdir.path.name:
@@ -445,10 +441,11 @@ class LocalJobs:
             self.os.set_group_nice(pid, 0)
         if record.get("ranks"):
             self.started(job, ranks)
-            self._backdate(job, ranks)
+            self.monitor.backdate(
+                launch.job_id, {rank: job.starts[rank] for rank in ranks if rank in job.starts}
+            )
         for child in spawns.live():
             self.switcher.follow(launch.job_id, child.pid, child.pe)
-        asyncio.get_running_loop().add_reader(job.shell_pidfd, on_shell_exit, job)
         log.info(
             "job %d: re-adopted shell %d and ranks %s left by a previous storm-nm",
             launch.job_id, shell, sorted(ranks),
@@ -468,28 +465,8 @@ class LocalJobs:
 
     def _attach_segment(self, job: LocalJob) -> None:
         """Measure the job again from its mpihook segment, each rank polling as a new NM assumes."""
-        if not job.hook_segment:
-            return
-        try:
-            segment = HookSegment.attach(job.hook_segment)
-            for index in range(segment.nranks):
-                segment.set_wait(index, WAIT_POLL, self.spin_ns)
-        except (OSError, ValueError) as exc:
-            log.warning("job %d: no mpihook statistics after the restart: %s", job.launch.job_id, exc)
-            return
-        self.monitor.add(job.launch.job_id, segment, [s.rank for s in job.launch.slots])
-
-    def _backdate(self, job: LocalJob, ranks: dict[int, int]) -> None:
-        """Profiles count wall time from each rank's real start, as its CPU time does (not from now)."""
-        watched = self.monitor.jobs.get(job.launch.job_id)
-        if watched is None:
-            return
-        boot_now, mono_now = time.clock_gettime_ns(time.CLOCK_BOOTTIME), time.monotonic_ns()
-        tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-        for rank in ranks:
-            start = job.starts.get(rank)
-            if start is not None and rank in watched.ranks:
-                watched.start_ns[watched.ranks.index(rank)] = mono_now - max(0, boot_now - start * tick)
+        if job.hook_segment:
+            self.monitor.attach(job.launch.job_id, job.hook_segment, [s.rank for s in job.launch.slots])
 
     def _sweep(self, jobdir: JobDir, record: dict[str, object] | None) -> None:
         """Kill what a job nobody can follow left running, remove its shared memory and its directory."""

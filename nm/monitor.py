@@ -20,8 +20,10 @@ classification), and at every slice for the profile with ``[nm] profile`` (nm/pr
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from storm.mm.protocol import RankStats
 from storm.mpihook.stats import (
@@ -177,8 +179,54 @@ class JobMonitor:
         )
 
 
+class Measurements(Protocol):
+    """What the node core needs of its ranks' measurements. The daemon's :class:`Monitor` reads mpihook's
+    records and /proc; a test or a simulator can answer with numbers. Ranks are named by (job id, record
+    index), the index being the rank's position among the job's slots on this node."""
+
+    spin_ns: int
+
+    def create(self, job_id: int, name: str, ranks: list[int], uid: int, gid: int) -> bool:
+        """Make the job's record segment before its ranks start, every rank polling; False if it cannot."""
+        ...
+
+    def attach(self, job_id: int, name: str, ranks: list[int]) -> bool:
+        """Measure a re-adopted job again from its segment, every rank polling; False if it cannot."""
+        ...
+
+    def watches(self, job_id: int) -> bool:
+        """Whether the job is measured."""
+        ...
+
+    def started(self, job_id: int, pids: dict[int, int]) -> None: ...
+
+    def backdate(self, job_id: int, starts: dict[int, int]) -> None:
+        """Re-adopted ranks started at these kernel start times (clock ticks since boot), not now."""
+        ...
+
+    def remove(self, job_id: int) -> None:
+        """The job's ranks are gone: drop its segment and its name."""
+        ...
+
+    def sample(self) -> None:
+        """Read every job's records: the end of a time slice."""
+        ...
+
+    def set_wait(self, job_id: int, index: int, spin_block: bool) -> None: ...
+
+    def switched(self, job_id: int, index: int, running: bool) -> None: ...
+
+    def snapshot(self, job_id: int, index: int) -> Snapshot | None: ...
+
+    def measure_rank(self, job_id: int, index: int) -> Measurement | None: ...
+
+    def reset_rank(self, job_id: int, index: int) -> None: ...
+
+    def stats(self, job_id: int) -> list[RankStats]: ...
+
+
 class Monitor:
-    """Every job of the node that runs under mpihook."""
+    """Every job of the node that runs under mpihook: :class:`Measurements` from its records and /proc."""
 
     def __init__(self, processes: Processes, node: str) -> None:
         self.os = processes
@@ -188,6 +236,42 @@ class Monitor:
 
     def add(self, job_id: int, segment: HookSegment, ranks: list[int]) -> None:
         self.jobs[job_id] = JobMonitor(segment, ranks)
+
+    def create(self, job_id: int, name: str, ranks: list[int], uid: int, gid: int) -> bool:
+        try:
+            segment = HookSegment.create(name, job_id, len(ranks), uid, gid)
+        except (OSError, ValueError) as exc:
+            log.warning("job %d: no mpihook statistics: %s", job_id, exc)
+            return False
+        for index in range(len(ranks)):
+            segment.set_wait(index, WAIT_POLL, self.spin_ns)
+        self.add(job_id, segment, ranks)
+        return True
+
+    def attach(self, job_id: int, name: str, ranks: list[int]) -> bool:
+        try:
+            segment = HookSegment.attach(name)
+            for index in range(segment.nranks):
+                segment.set_wait(index, WAIT_POLL, self.spin_ns)
+        except (OSError, ValueError) as exc:
+            log.warning("job %d: no mpihook statistics after the restart: %s", job_id, exc)
+            return False
+        self.add(job_id, segment, ranks)
+        return True
+
+    def watches(self, job_id: int) -> bool:
+        return job_id in self.jobs
+
+    def backdate(self, job_id: int, starts: dict[int, int]) -> None:
+        """Profiles count wall time from each rank's real start, as its CPU time does (not from now)."""
+        watched = self.jobs.get(job_id)
+        if watched is None:
+            return
+        boot_now, mono_now = time.clock_gettime_ns(time.CLOCK_BOOTTIME), time.monotonic_ns()
+        tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+        for rank, start in starts.items():
+            if rank in watched.ranks:
+                watched.start_ns[watched.ranks.index(rank)] = mono_now - max(0, boot_now - start * tick)
 
     def started(self, job_id: int, pids: dict[int, int]) -> None:
         job = self.jobs.get(job_id)

@@ -1,41 +1,32 @@
 """The context switch on one node: which ranks run, how they wait in MPI, and which one has priority.
 
-Decided per rank, at every heartbeat (and when ranks start), by the policy:
+Decided per rank, at every heartbeat (and when ranks start), by the policy (:func:`storm.nm.fcs.decide`,
+beside Algorithm 1). Without heartbeats (``active`` None) every rank runs. A rank is stopped or continued
+through its process group (which holds whatever it forked); stops go out before continues, so that two ranks
+never share a PE on purpose. A process the job spawned (MPI_Comm_spawn) follows the job's rank on its PE: it
+runs when that rank runs and has its nice value (under gang scheduling, when the job's row runs); it is not
+measured, and waits in MPI as MPICH does (busy polling), since mpihook has no record for it.
 
-- batch: every rank runs and busy-polls (MPICH's own way);
-- gang: only the active row's ranks run; the others are stopped; all poll;
-- sb (spin-block, implicit coscheduling): every rank runs, and spin-blocks in blocking calls;
-- fcs: Algorithm 1 of the FCS paper per PE (nm/fcs.py), from each process's class.
-
-Without heartbeats (``active`` None) every rank runs. A rank is stopped or continued through its process group
-(which holds whatever it forked); stops go out before continues, so that two ranks never share a PE on
-purpose. A process the job spawned (MPI_Comm_spawn) follows the job's rank on its PE: it runs when that rank
-runs and has its nice value (under gang scheduling, when the job's row runs); it is not measured, and waits
-in MPI as MPICH does (busy polling), since mpihook has no record for it. Signals are asynchronous: a switch
-has taken effect when /proc shows every stopped rank in state 'T' and no continued one in it. How long that
-takes from the heartbeat's arrival is recorded for ``storm nodes`` and the benchmarks, which can also ask
-for one trace line per heartbeat.
+Signals are asynchronous: a switch has taken effect when /proc shows every stopped rank in state 'T' and no
+continued one in it. :meth:`ContextSwitcher.switch` returns what to check (:class:`SwitchCheck`); the node
+manager's daemon polls /proc (nm/switch_check.py) and reports back how long it took, which is recorded for
+``storm nodes`` and the benchmarks, which can also ask for one trace line per heartbeat (:class:`TraceLine`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 import statistics
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TextIO
 
-from storm.nm.fcs import Decision, Klass, Process, context_switch
+from storm.nm.fcs import Decision, Klass, Process, decide
 from storm.nm.processes import Processes
 
 log = logging.getLogger("storm.nm")
 
-VERIFY_POLL = 0.0005
-VERIFY_LIMIT = 0.5
 SAMPLES = 1000
 BACKGROUND_NICE = 10  # DC and F processes sharing a PE with an F process whose slot it is
 
@@ -43,6 +34,41 @@ Key = tuple[int, int]  # (job id, rank)
 
 
 SPIN_BLOCKING_POLICIES = ("sb", "fcs")  # the policies under which ranks may be told to spin-block
+
+
+@dataclass(frozen=True)
+class SwitchCheck:
+    """A switch whose signals went out: each signalled pid and whether it should now run."""
+
+    expected: dict[int, bool]
+    seq: int
+    row: int | None
+    sent: float | None
+    received: float
+
+
+@dataclass(frozen=True)
+class TraceLine:
+    """A line of the heartbeat trace (``[nm] trace``): seq row sent received done ranks (row -1: all run)."""
+
+    seq: int
+    row: int
+    sent: float
+    received: float
+    done: float
+    ranks: int
+
+    def format(self) -> str:
+        return f"{self.seq} {self.row} {self.sent:.6f} {self.received:.6f} {self.done:.6f} {self.ranks}\n"
+
+    @classmethod
+    def parse(cls, line: str) -> TraceLine | None:
+        """A line as :meth:`format` wrote it; None for one still being written."""
+        fields = line.split()
+        if len(fields) != 6 or not line.endswith("\n"):
+            return None
+        seq, row, sent, received, done, ranks = fields
+        return cls(int(seq), int(row), float(sent), float(received), float(done), int(ranks))
 
 
 @dataclass
@@ -74,7 +100,7 @@ class ContextSwitcher:
     def __init__(
         self,
         processes: Processes,
-        trace: TextIO | None = None,
+        trace: Callable[[str], object] | None = None,  # takes each trace line (a file's write)
         *,
         on_switch: Callable[[int, int, bool], None] | None = None,
         set_wait: Callable[[int, int, bool], None] | None = None,
@@ -92,7 +118,6 @@ class ContextSwitcher:
         self.active: int | None = None
         self.durations: deque[float] = deque(maxlen=SAMPLES)  # seconds from arrival to effect
         self.switches = 0
-        self._verifying: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------------------------------- jobs
 
@@ -145,34 +170,31 @@ class ContextSwitcher:
     # ------------------------------------------------------------------------------------------- deciding
 
     def decide(self, active: int | None) -> dict[Key, Decision]:
-        if self.policy == "fcs":
-            processes = (
-                Process(key=key, pe=u.pe, row=u.row, klass=self.classes.get(key, Klass.CS))
-                for key, u in self.units.items()
-            )
-            return context_switch(processes, active, f_always=self.f_priority == "always")
-        spin = self.policy == "sb"
-        gang = self.policy == "gang" and active is not None
-        return {
-            key: Decision(run=not gang or u.row == active, spin_block=spin) for key, u in self.units.items()
-        }
+        processes = (
+            Process(key=key, pe=u.pe, row=u.row, klass=self.classes.get(key, Klass.CS))
+            for key, u in self.units.items()
+        )
+        return decide(self.policy, processes, active, f_always=self.f_priority == "always")
 
     # ------------------------------------------------------------------------------------------- switching
 
-    def switch(self, active: int | None, *, seq: int = -1, sent: float | None = None) -> None:
-        """Make ``active`` the running row (None: every rank runs), and check that it took effect."""
-        received = time.time()
+    def switch(
+        self, active: int | None, *, now: float, seq: int = -1, sent: float | None = None
+    ) -> SwitchCheck | None:
+        """Make ``active`` the running row (None: every rank runs) at time ``now``; returns the signals to
+        check, None if nothing was signalled."""
         self.active = active
         expected = self._apply(self.decide(active))
         if not expected:
-            self._record(seq, active, sent, received, received, ranks=0)
-            return
+            self._record(seq, active, sent, now, now, ranks=0)
+            return None
         self.switches += 1
-        if self._verifying is not None and not self._verifying.done():
-            self._verifying.cancel()  # a newer switch supersedes the check of the last one
-        self._verifying = asyncio.get_running_loop().create_task(
-            self._verify(expected, seq, active, sent, received)
-        )
+        return SwitchCheck(expected=expected, seq=seq, row=active, sent=sent, received=now)
+
+    def checked(self, check: SwitchCheck, done: float) -> None:
+        """The switch took effect at ``done`` (or its check gave up then)."""
+        self.durations.append(done - check.received)
+        self._record(check.seq, check.row, check.sent, check.received, done, ranks=len(check.expected))
 
     def _apply(self, decisions: dict[Key, Decision]) -> dict[int, bool]:
         """Signal what must change; return pid -> whether it should now run, for the check."""
@@ -238,33 +260,13 @@ class ContextSwitcher:
                 self.os.set_group_nice(pid, nice)
                 self.group_nice[job_id] = nice
 
-    async def _verify(
-        self, expected: dict[int, bool], seq: int, active: int | None, sent: float | None, received: float
-    ) -> None:
-        deadline = received + VERIFY_LIMIT
-        pending = dict(expected)
-        while pending:
-            states = self.os.states(list(pending))
-            for pid, running in list(pending.items()):
-                state = states.get(pid)
-                if state is None or state == "Z" or (state == "T") != running:
-                    del pending[pid]  # gone, or in the wanted state
-            if pending:
-                if time.time() > deadline:
-                    log.warning("context switch %d: %d rank(s) not yet in their new state", seq, len(pending))
-                    break
-                await asyncio.sleep(VERIFY_POLL)
-        done = time.time()
-        self.durations.append(done - received)
-        self._record(seq, active, sent, received, done, ranks=len(expected))
-
     def _record(
         self, seq: int, active: int | None, sent: float | None, received: float, done: float, *, ranks: int
     ) -> None:
         """One trace line: seq row sent received done ranks (row -1: every job runs)."""
         if self.trace is not None and seq >= 0:
             row = -1 if active is None else active
-            self.trace.write(f"{seq} {row} {sent or 0.0:.6f} {received:.6f} {done:.6f} {ranks}\n")
+            self.trace(TraceLine(seq, row, sent or 0.0, received, done, ranks).format())
 
     def stats(self) -> tuple[int, float, float]:
         """Switches so far, and the median and 99th percentile of their duration in milliseconds."""

@@ -20,7 +20,7 @@ def classifier_of(seg: HookSegment) -> tuple[Classifier, dict[int, int]]:
     switcher.started(5, {0: 100, 1: 101})
     classifier = Classifier("n1", monitor, switcher)
     classifier.constants = FcsParameters(cslots_min=2)
-    classifier.end_of_slot(None)  # the heartbeat that begins their first slot (no row ran before it)
+    classifier.end_of_slot(None, now=0.0)  # the heartbeat that begins their first slot (no row ran before it)
     return classifier, cpu.cpu
 
 
@@ -31,11 +31,11 @@ def test_each_process_is_classified_after_cslots_min_of_its_slots(segment: HookS
     hook_writes(segment, 1, events=1, comm=0)
     classifier.monitor.sample()
     cpu[100], cpu[101] = 1000 * MS, 2000 * MS
-    classifier.end_of_slot(0)
+    classifier.end_of_slot(0, now=0.0)
     assert classifier.changes == []  # one slot is not enough to judge
-    classifier.end_of_slot(1)  # another row's slot: not theirs, not counted
+    classifier.end_of_slot(1, now=0.0)  # another row's slot: not theirs, not counted
     assert classifier.state((5, 1)).tslots == 1
-    classifier.end_of_slot(0)
+    classifier.end_of_slot(0, now=0.0)
     (change,) = classifier.take_changes(5)
     assert (change.rank, change.old, change.new, change.tslots) == (1, "CS", "DC", 2)
     assert classifier.take_changes(5) == ()  # reported once
@@ -53,10 +53,10 @@ def test_the_job_wide_reset_returns_every_process_to_cs_in_the_same_slot(segment
     classifier.monitor.sample()
     cpu[100] = cpu[101] = 3000 * MS
     for _ in range(2):
-        classifier.end_of_slot(0)
+        classifier.end_of_slot(0, now=0.0)
     assert set(classifier.switcher.classes.values()) == {Klass.DC}
     classifier.take_changes(5)
-    classifier.end_of_slot(0, resets=(5,))
+    classifier.end_of_slot(0, resets=(5,), now=0.0)
     assert set(classifier.switcher.classes.values()) == {Klass.CS}
     assert [(c.rank, c.old, c.new) for c in classifier.take_changes(5)] == [(0, "DC", "CS"), (1, "DC", "CS")]
     assert classifier.state((5, 0)) == classifier.state((5, 1))  # same class, cslots 0, same tslots
@@ -65,8 +65,8 @@ def test_the_job_wide_reset_returns_every_process_to_cs_in_the_same_slot(segment
 def test_a_process_that_never_enters_mpi_is_dc_once_it_has_had_its_slots(segment: HookSegment) -> None:
     classifier, cpu = classifier_of(segment)
     cpu[100] = cpu[101] = 500 * MS  # no record: not an MPI program, or MPI not under the hook
-    classifier.end_of_slot(0)
-    classifier.end_of_slot(0)
+    classifier.end_of_slot(0, now=0.0)
+    classifier.end_of_slot(0, now=0.0)
     assert classifier.switcher.classes == {(5, 0): Klass.DC, (5, 1): Klass.DC}
     classifier.forget(5)
     assert classifier.state((5, 0)).tslots == 0
@@ -77,7 +77,7 @@ def test_a_slot_before_the_process_exists_counts_but_is_not_judged(segment: Hook
     classifier.switcher.rank_gone(5, 0)
     classifier.switcher.rank_gone(5, 1)
     for _ in range(3):
-        classifier.end_of_slot(0)
+        classifier.end_of_slot(0, now=0.0)
     assert classifier.state((5, 0)) == ProcessClass(klass=Klass.CS, cslots=0, tslots=3)
     assert classifier.changes == []
 
@@ -86,9 +86,9 @@ def test_a_process_that_arrives_mid_slot_counts_from_its_first_whole_slot(segmen
     monitor, _ = monitor_of(segment)
     switcher = ContextSwitcher(FakeOs())  # type: ignore[arg-type]
     classifier = Classifier("n1", monitor, switcher)
-    classifier.end_of_slot(0)
+    classifier.end_of_slot(0, now=0.0)
     switcher.add(5, [(0, 0)], row=0)  # launched during row 0's slot: that slot is not one of its own
-    classifier.end_of_slot(0)
+    classifier.end_of_slot(0, now=0.0)
     assert classifier.state((5, 0)).tslots == 0
-    classifier.end_of_slot(0)
+    classifier.end_of_slot(0, now=0.0)
     assert classifier.state((5, 0)).tslots == 1

@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from storm.nm.switcher import TraceLine
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 from tests.conftest import JOB_TIMEOUT, poll, python_app
@@ -56,10 +57,9 @@ def stopped(pid: int) -> bool | None:
 def switch_windows(trace: Path) -> list[tuple[float, float]]:
     """(received, done) of every switch an NM traced that changed something."""
     windows = []
-    for line in trace.read_text().splitlines():
-        _seq, _row, _sent, received, done, ranks = line.split()
-        if int(ranks):
-            windows.append((float(received), float(done) + SLACK))
+    for line in map(TraceLine.parse, trace.read_text().splitlines(keepends=True)):
+        if line is not None and line.ranks:
+            windows.append((line.received, line.done + SLACK))
     return windows
 
 

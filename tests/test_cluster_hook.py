@@ -19,20 +19,16 @@ pytestmark = pytest.mark.slow
 PROGRAMS = Path(__file__).parent / "programs"
 
 
-def hook_segments(job_id: int) -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith(f"storm-hook-{job_id}-")}
-
-
 def stats(client: Client, job_id: int) -> p.StatsView:
     return client.call(p.GetStats(job_id=job_id), p.StatsView)
 
 
 def test_a_running_job_reports_its_communication_and_its_segments_go_with_it(
-    client: Client, tmp_path: Path
+    client: Client, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     bsp = python_app("bsp", "--granularity", "2ms", "--imbalance", "2", "--slow", "odd", "--seconds", "30")
     job = client.submit(bsp, 2, cwd=str(tmp_path))
-    poll(lambda: len(hook_segments(job)) == 2, 30, "one segment per node")
+    poll(lambda: len(cluster.hook_segments(job)) == 2, 30, "one segment per node")
 
     def measured() -> bool:
         ranks = stats(client, job).ranks
@@ -49,23 +45,25 @@ def test_a_running_job_reports_its_communication_and_its_segments_go_with_it(
     assert fast.granularity == pytest.approx(slow.granularity, rel=0.3)  # both run at the slow one's pace
     client.cancel((job,))
     assert client.wait(job, timeout=JOB_TIMEOUT).state == "CANCELLED"
-    assert hook_segments(job) == set()
+    assert cluster.hook_segments(job) == set()
     assert stats(client, job).ranks == ()
 
 
-def test_a_crashed_job_leaves_no_segment(client: Client, tmp_path: Path) -> None:
+def test_a_crashed_job_leaves_no_segment(client: Client, cluster: LocalCluster, tmp_path: Path) -> None:
     ended = run_job(client, python_app("fail", "--rank", "1", "--code", "4"), 2, tmp_path)
     assert ended.state == "FAILED"
-    assert hook_segments(ended.id) == set()
+    assert cluster.hook_segments(ended.id) == set()
 
 
-def test_a_program_without_mpi_runs_and_is_marked_so(client: Client, tmp_path: Path) -> None:
+def test_a_program_without_mpi_runs_and_is_marked_so(
+    client: Client, cluster: LocalCluster, tmp_path: Path
+) -> None:
     job = client.submit(["sh", "-c", "sleep 30"], 2, cwd=str(tmp_path))
     poll(lambda: len(stats(client, job).ranks) == 2, 30, "the ranks' first report")
     assert {r.state for r in stats(client, job).ranks} == {"no-mpi"}
     client.cancel((job,))
     client.wait(job, timeout=JOB_TIMEOUT)
-    assert hook_segments(job) == set()
+    assert cluster.hook_segments(job) == set()
 
 
 # What each rank sees: how many ranks share its memory (MPI's own view of which ranks share a node), and
@@ -103,7 +101,7 @@ def test_a_job_submitted_without_the_hook_runs_unmeasured_and_says_so(
     poll(lambda: len(stats(client, job).ranks) == 2, 30, "the ranks' first report")
     assert {(r.state, r.wait_mode) for r in stats(client, job).ranks} == {("no-hook", "poll")}
     assert all(r.pid > 0 for r in stats(client, job).ranks)
-    assert hook_segments(job) == set() and not client.job(job).hook
+    assert cluster.hook_segments(job) == set() and not client.job(job).hook
     shown = storm_cli(cluster, "show", str(job))
     assert "MpiHook: no (submitted with --no-hook)" in shown.stdout, shown
     poll(lambda: len(rank_lines(job, tmp_path)) == 2, 30, "both ranks' line")

@@ -192,6 +192,9 @@ def test_children_are_stopped_and_continued_with_their_job_under_gang(
         job = submit(client, [str(dynamic), "exchange", "2", "6"], 2, tmp_path)
         other = submit(client, python_app("spin", "--mpi"), 2, tmp_path)
         poll(lambda: len(processes(job, tmp_path)[1]) == 2, 30, "the children to start")
+        # Rows take turns once the other job runs (under load its start can take seconds: CI saw 4 s pass
+        # with no switch at all).
+        poll(lambda: client.job(other).state == "RUNNING", 30, "the other job to run")
         ranks, children = processes(job, tmp_path)
         root = ranks[0]
         # Pinned as ranks are (to the root's PE on node0), each in a process group of its own, in the job

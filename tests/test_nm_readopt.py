@@ -121,8 +121,9 @@ def test_a_live_shell_is_readopted_its_stopped_ranks_continue_and_its_exit_is_se
             exited.append(job)
             gone.set()
 
-        adopted = new.recover(on_exit)
+        adopted = new.recover()
         assert [j.launch.job_id for j in adopted] == [7]
+        asyncio.get_running_loop().add_reader(adopted[0].shell_pidfd, on_exit, adopted[0])
         job = new.jobs[7]
         assert (job.shell_pid, job.pids, job.done) == (shell.pid, ranks, None)
         assert job.shell_pidfd >= 0 and job.ranks_known
@@ -153,7 +154,7 @@ def test_a_reused_shell_pid_is_left_alone_and_the_job_finished(
 
     async def scenario() -> LocalJob:
         new = local_jobs(tmp_path)
-        new.recover(lambda job: None)
+        new.recover()
         return new.jobs[8]
 
     job = asyncio.run(scenario())
@@ -179,7 +180,7 @@ def test_a_shell_that_ended_meanwhile_is_finished_from_its_exits_file(tmp_path: 
 
     async def scenario() -> LocalJob:
         new = local_jobs(tmp_path)
-        new.recover(lambda job: None)
+        new.recover()
         return new.jobs[9]
 
     job = asyncio.run(scenario())
@@ -202,7 +203,7 @@ def test_a_job_whose_records_are_unusable_is_swept(
 
     async def scenario() -> LocalJobs:
         new = local_jobs(tmp_path)
-        new.recover(lambda job: None)
+        new.recover()
         return new
 
     new = asyncio.run(scenario())

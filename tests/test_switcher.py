@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -13,49 +12,22 @@ import pytest
 from storm.nm.fcs import Klass
 from storm.nm.processes import LinuxProcesses
 from storm.nm.switcher import BACKGROUND_NICE, ContextSwitcher
+from tests.fakes import FakeProcesses
 
 
-class FakeOs:
-    """Records what the switcher asks of the OS; every process reaches the state it was signalled to."""
-
-    def __init__(self) -> None:
-        self.signals: list[tuple[int, int]] = []
-        self.nice: dict[int, int] = {}
-        self.group_nice: dict[int, int] = {}
-        self.stopped: set[int] = set()
-
-    def signal_group(self, pgid: int, sig: int) -> bool:
-        self.signals.append((pgid, sig))
-        (self.stopped.add if sig == signal.SIGSTOP else self.stopped.discard)(pgid)
-        return True
-
-    def set_nice(self, pgid: int, nice: int) -> None:
-        self.nice[pgid] = nice
-
-    def set_group_nice(self, pid: int, nice: int) -> None:
-        self.group_nice[pid] = nice
-
-    def states(self, pids: list[int]) -> dict[int, str | None]:
-        return {pid: "T" if pid in self.stopped else "R" for pid in pids}
-
-
-def node(policy: str) -> tuple[ContextSwitcher, FakeOs, list[tuple[int, int, bool]]]:
+def node(policy: str) -> tuple[ContextSwitcher, FakeProcesses, list[tuple[int, int, bool]]]:
     """Two jobs sharing PE 0 of this node: job 1 (pid 100) in row 0, job 2 (pid 200) in row 1."""
-    fake, waits = FakeOs(), []
-    switcher = ContextSwitcher(fake, set_wait=lambda job, index, spin: waits.append((job, index, spin)))  # type: ignore[arg-type]
+    fake, waits = FakeProcesses(), []
+    switcher = ContextSwitcher(fake, set_wait=lambda job, index, spin: waits.append((job, index, spin)))
     switcher.policy = policy
     switcher.add(1, [(0, 0)], row=0)
     switcher.add(2, [(0, 0)], row=1)
     return switcher, fake, waits
 
 
-def run(switcher: ContextSwitcher, fake: FakeOs, active: int | None) -> list[tuple[int, int]]:
-    async def go() -> None:
-        switcher.switch(active)
-        await asyncio.sleep(0)  # let the check of the switch run once
-
+def run(switcher: ContextSwitcher, fake: FakeProcesses, active: int | None) -> list[tuple[int, int]]:
     fake.signals.clear()
-    asyncio.run(go())
+    switcher.switch(active, now=0.0)
     return list(fake.signals)
 
 
@@ -115,8 +87,8 @@ def test_fcs_prioritizes_the_f_process_of_the_slot_over_the_dc_sharing_its_pe() 
 def test_a_jobs_session_yields_only_if_all_its_ranks_on_the_node_yield() -> None:
     """Job 2 has a DC rank on PE 0 beside job 1's F rank, and an F rank of its own slot on PE 1: its ranks
     share one session (one autogroup), which must keep the priority of the favoured one."""
-    fake = FakeOs()
-    switcher = ContextSwitcher(fake)  # type: ignore[arg-type]
+    fake = FakeProcesses()
+    switcher = ContextSwitcher(fake)
     switcher.policy = "fcs"
     switcher.add(1, [(0, 0)], row=0)
     switcher.add(2, [(0, 0), (1, 1)], row=0)

@@ -48,10 +48,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import psutil  # type: ignore[import-untyped]  # no stubs in the dev dependencies
 
+from storm.nm.switcher import TraceLine
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster, LocalClusterError, wait_for
 
@@ -65,26 +66,12 @@ BSP = [sys.executable, "-m", "storm.tools.apps.bsp", "--pattern", "allreduce"]
 Json = dict[str, Any]
 
 
-class TraceLine(NamedTuple):
-    seq: int
-    row: int
-    sent: float
-    received: float
-    done: float
-    ranks: int
-
-
 # ------------------------------------------------------------------------------------------- analysis
 
 
 def parse_trace(text: str) -> list[TraceLine]:
     """The complete lines of an NM's trace (a line still being written is skipped)."""
-    lines = []
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) == 6:
-            lines.append(TraceLine(int(f[0]), int(f[1]), float(f[2]), float(f[3]), float(f[4]), int(f[5])))
-    return lines
+    return [t for t in map(TraceLine.parse, text.splitlines(keepends=True)) if t is not None]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -36,12 +36,16 @@ from pathlib import Path
 import zmq
 
 from storm.mm.keys import curve_client, read_keypair, read_public_key, write_keypair
+from storm.mpihook.stats import cluster_token
 from storm.nm.processes import LinuxProcesses
 from storm.tools.client import Client, ClientError
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 _proc = LinuxProcesses()
+
+
+CLUSTER_NAME = "local"
 
 
 class LocalClusterError(RuntimeError):
@@ -170,7 +174,7 @@ class LocalCluster:
             },
             "fcs": self.fcs_settings,
         }
-        lines = [f'[cluster]\nname = "local"\npolicy = "{self.policy}"\n']
+        lines = [f'[cluster]\nname = "{CLUSTER_NAME}"\npolicy = "{self.policy}"\n']
         for section, values in settings.items():
             if not values:
                 continue
@@ -235,6 +239,11 @@ class LocalCluster:
         daemon = self._spawn(f"storm-nm {name}", argv, self.dir / "nodes" / f"{name}.log")
         daemon.stop_signal = signal.SIGUSR1
         return daemon
+
+    def hook_segments(self, job_id: int) -> set[str]:
+        """The job's mpihook segments in /dev/shm (this cluster's only: their names carry its token)."""
+        prefix = f"storm-hook-{cluster_token(CLUSTER_NAME, self.node_endpoint)}-{job_id}-"
+        return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)}
 
     def restart_mm(self, sig: int = signal.SIGKILL) -> None:
         """Kill storm-mm (SIGKILL by default: no chance to clean up) and start it again."""
