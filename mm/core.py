@@ -4,9 +4,9 @@ Every message that arrives (a client's request, a node manager's report) goes th
 :meth:`Controller.handle`, the clock through :meth:`Controller.tick` (liveness, time limits) and
 :meth:`Controller.heartbeat` (a gang slice), a restart through :meth:`Controller.recover`. Each returns one
 list of effects (mm/effects.py), which the driver carries out in order: the daemon in mm/daemon.py, the
-unit tests, the simulator. The store (any mm/storage.py Storage) is written during the call, one
-transaction per stimulus, so everything is durable before any effect reaches a client or a node. Time is
-always an argument, and the random part of a run's kvsname comes from the ``nonce`` given.
+unit tests, a simulator (DESIGN.md section 6). The store (any mm/storage.py Storage) is written during the
+call, one transaction per stimulus, so everything is durable before any effect reaches a client or a node.
+Time is always an argument, and the random part of a run's kvsname comes from the ``nonce`` given.
 
 How a job's run goes from its start to its end (holding PEs, endings, requeues) is in mm/runs.py: the
 Controller owns a :class:`~storm.mm.runs.RunTable`.

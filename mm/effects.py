@@ -1,6 +1,6 @@
 """What the MM core asks of its driver: each stimulus returns one list of these, to be carried out in order.
 
-The core (mm/core.py) decides; the driver (the daemon in mm/daemon.py, a test, the simulator) only moves
+The core (mm/core.py) decides; the driver (the daemon in mm/daemon.py, a test, a simulator) only moves
 bytes, as dask's worker carries out the instructions its state machine returns. By the time a list is
 returned, everything it depends on is already in the store: a client or node manager may act on any effect
 at once. Each effect names its recipient by what the core knows: a node by name, a job's waiting clients by

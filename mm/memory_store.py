@@ -1,4 +1,4 @@
-"""The MM's store in memory: mm/storage.py's Storage without a disk, for tests and the simulator.
+"""The MM's store in memory: mm/storage.py's Storage without a disk, for tests and a simulator.
 
 It answers as the SQLite store (mm/store.py) does, orders included, so that the core decides the same with
 either; nothing survives the process. A transaction only groups (a write is never undone).

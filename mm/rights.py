@@ -26,7 +26,7 @@ class Credentials(Protocol):
 
 @dataclass(frozen=True)
 class Account:
-    """Credentials given directly (tests, the simulator); storm-mm takes them from the socket."""
+    """Credentials given directly (tests, a simulator); storm-mm takes them from the socket."""
 
     uid: int
     gid: int

@@ -144,7 +144,7 @@ def spawn_counts(raw: str | None, job_id: int) -> SpawnsView:
 
 
 def seeded_nonces(seed: int | str) -> Callable[[], str]:
-    """Kvsname nonces that are the same for the same seed: for tests and the simulator (storm-mm draws its
+    """Kvsname nonces that are the same for the same seed: for tests and a simulator (storm-mm draws its
     own from the OS, see mm/daemon.py)."""
     rng = random.Random(seed)
     return lambda: f"{rng.getrandbits(32):08x}"

@@ -1,6 +1,6 @@
 """What the MM core needs of durable storage: the :class:`Storage` protocol and the records it keeps.
 
-Two stores implement it: SQLite in mm/store.py (storm-mm), and memory in mm/memory_store.py (tests and the
+Two stores implement it: SQLite in mm/store.py (storm-mm), and memory in mm/memory_store.py (tests and a
 simulator). The core (mm/core.py, mm/runs.py, mm/reports.py) sees only this protocol, so it never touches
 SQLite itself. Every write method is durable when it returns, unless it runs inside ``transaction()``,
 whose writes become durable together when the outermost block ends.
