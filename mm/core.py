@@ -1,52 +1,35 @@
-"""The machine manager's decisions, with no sockets: what happens to jobs and nodes when something arrives.
+"""The machine manager's decisions, with no sockets, no store engine, no clock and no randomness of its own.
 
-Each entry point takes the current time and records its effects in three places: the store (durably, before
-anything else sees them), ``outbox`` (messages for node managers, by node name) and ``ended`` (jobs that just
-reached a terminal state, whose waiting clients the daemon answers). The daemon in mm/daemon.py only moves
-bytes; the simulator and the unit tests drive this class directly.
+Every message that arrives (a client's request, a node manager's report) goes through
+:meth:`Controller.handle`, the clock through :meth:`Controller.tick` (liveness, time limits) and
+:meth:`Controller.heartbeat` (a gang slice), a restart through :meth:`Controller.recover`. Each returns one
+list of effects (mm/effects.py), which the driver carries out in order: the daemon in mm/daemon.py, the
+unit tests, a simulator (DESIGN.md section 6). The store (any mm/storage.py Storage) is written during the
+call, one transaction per stimulus, so everything is durable before any effect reaches a client or a node.
+Time is always an argument, and the random part of a run's kvsname comes from the ``nonce`` given.
 
-How a job's run goes from its start to its end (holding PEs, endings, requeues) is in mm/runs.py, which
-this class builds on.
+How a job's run goes from its start to its end (holding PEs, endings, requeues) is in mm/runs.py: the
+Controller owns a :class:`~storm.mm.runs.RunTable`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from storm.mm import protocol as p
 from storm.mm.config import MMConfig
+from storm.mm.effects import Effect, Publish, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration
 from storm.mm.limits import LogThrottle
-from storm.mm.matrix import Placement
-from storm.mm.nodes import DOWN
-from storm.mm.protocol import (
-    Error,
-    FcsParameters,
-    Heartbeat,
-    JobInfo,
-    JobLaunched,
-    JobNodeDone,
-    JobSpawned,
-    JobStats,
-    KillJob,
-    MatrixView,
-    NodeInfo,
-    NodeRegistered,
-    NodeStatus,
-    PmiBarrierIn,
-    PmiBarrierOut,
-    PmiName,
-    PmiNameResult,
-    RankFailed,
-    RegisterNode,
-    Reregister,
-    SpawnFailed,
-    SpawnsView,
-    StatsView,
-)
-from storm.mm.rights import may_manage
-from storm.mm.runs import Runs, Tracking, spawn_counts
-from storm.mm.store import Store
+from storm.mm.listing import matrix_view, node_infos
+from storm.mm.nodes import DOWN, NodeRegistry
+from storm.mm.rights import Credentials, may_manage, run_as_problem
+from storm.mm.runs import RunTable, spawn_counts
+from storm.mm.storage import Storage
 
 log = logging.getLogger("storm.mm")
 
@@ -59,110 +42,236 @@ class Rejected(ValueError):
         self.code = code
 
 
-class Controller(Runs):
-    """What arrives at the MM (client requests, node reports, the clock, a restart), decided."""
+@dataclass(frozen=True)
+class FromNode:
+    """The sender of a message on the node managers' link: ``name`` is its routing id."""
+
+    name: str
+
+
+class Controller:
+    """What arrives at the MM (client requests, node reports, the clock, a restart), decided.
+
+    Call :meth:`recover` once, before anything else: it rebuilds memory from the store.
+    """
 
     def __init__(
         self,
-        store: Store,
+        store: Storage,
         config: MMConfig,
-        now: float,
         mm_epoch: str,
         *,
+        nonce: Callable[[], str],
         policy: str = "batch",
-        fcs: FcsParameters | None = None,
+        fcs: p.FcsParameters | None = None,
     ) -> None:
-        super().__init__(store, config, mm_epoch, policy=policy, fcs=fcs)
+        self.store = store
+        self.config = config
+        self.mm_epoch = mm_epoch
+        self.policy = policy
+        self.fcs = fcs or p.FcsParameters()
+        self.heartbeat_port = 0  # set by the daemon once it has bound its PUB socket
+        self.registry = NodeRegistry(config.node_timeout)
+        self.runs = RunTable(store, config, self.registry, nonce, policy=policy, fcs=self.fcs)
         self.throttle = LogThrottle()  # lines about refused node reports: a bad node must not fill the disk
-        self._recover(now)
+        self._recovered = False
 
-    # ---------------------------------------------------------------------------------------------- restart
+    # ---------------------------------------------------------------------------------------------- stimuli
 
-    def _recover(self, now: float) -> None:
-        """Rebuild memory from the store: queued jobs wait, placed jobs keep their PEs until nodes report."""
-        self.registry.load(self.store.nodes(), now)
-        for node in self.registry.all():
-            self.matrix.add_node(node.name, node.pes)  # DOWN ones too: they may come back
-        barriers = self.store.barriers()
-        node_exits = self.store.node_exits()  # nodes that had finished their part of a running job
-        wireups = self.store.wireups()
-        for job in self.store.jobs(active_only=True):
-            if job.state is JobState.PENDING:
-                self.pending[job.id] = job
-                continue
-            self.active[job.id] = job
-            launched = set(job.nodes) if job.state is JobState.RUNNING else set()
-            kvsname, hosts = wireups.get(job.id, ("", ()))
-            track = self.tracking[job.id] = Tracking(
-                kvsname=kvsname,
-                hosts=hosts,
-                launched=launched,
-                done=dict(node_exits.get(job.id, {})),
-                kill_time=now if job.ending else None,
-                last_barrier=barriers.get(job.id),
-            )
-            if job.state is JobState.STARTING and track.kvsname:  # none if placed by an older storm-mm
-                # A launch may have been lost with the old MM: `register` sends it again to a node that
-                # does not list the job (nodes that do are taken as launched).
-                track.launches = self._launches(job, track)
-            self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
-            if self.cycle is not None:
-                self.cycle.add(job.id, now, job.suspended_time)
-        down = {n.name for n in self.registry.all() if n.state == DOWN}
-        for job in list(self.active.values()):
-            for name in down.intersection(job.nodes):
-                self._node_lost(job, name, f"node {name} was DOWN when storm-mm restarted", now)
-        if self.pending or self.active:
-            log.info("recovered %d queued and %d running jobs", len(self.pending), len(self.active))
+    def recover(self, now: float) -> list[Effect]:
+        """Rebuild memory from the store: queued jobs wait, placed jobs keep their PEs until nodes report;
+        a job on a node that was DOWN is written off there (its kills and ends are the effects)."""
+        if self._recovered:
+            raise RuntimeError("the controller has recovered already")
+        self._recovered = True
+        out: list[Effect] = []
+        runs = self.runs
+        with self.store.transaction():
+            self.registry.load(self.store.nodes(), now)
+            runs.recover(now)
+            down = {n.name for n in self.registry.all() if n.state == DOWN}
+            for job in list(runs.active.values()):
+                for name in down.intersection(job.nodes):
+                    runs.node_lost(job, name, f"node {name} was DOWN when storm-mm restarted", now, out)
+        if runs.pending or runs.active:
+            log.info("recovered %d queued and %d running jobs", len(runs.pending), len(runs.active))
+        return out
+
+    def handle(self, message: p.Message, now: float, caller: Credentials | FromNode) -> list[Effect]:
+        """One message from a client (``caller``: who the socket says it is) or from a node manager.
+
+        The reply to the sender, if any, comes first in the list; a bad request gets an error reply and
+        changes nothing.
+        """
+        assert self._recovered, "recover() first"
+        out: list[Effect] = []
+        with self.store.transaction():
+            if isinstance(caller, FromNode):
+                reply = self._node_message(message, caller.name, now, out)
+            else:
+                try:
+                    reply = self._client_request(message, caller, now, out)
+                except Rejected as exc:
+                    reply = p.error_for(message, exc.code, str(exc))
+        return out if reply is None else [Reply(reply), *out]
+
+    def tick(self, now: float) -> list[Effect]:
+        """Node liveness, time limits and stuck kills; call it a few times a second."""
+        out: list[Effect] = []
+        runs = self.runs
+        with self.store.transaction():
+            for node in self.registry.expire(now):
+                log.warning("node %s is DOWN: %s", node.name, node.reason)
+                self.store.save_node(node.record())
+                runs.echoes.forget_node(node.name)
+                # The node keeps its matrix columns (no new job goes to a node that is not UP), and a lost
+                # job keeps its PEs elsewhere until those nodes confirm its ranks are gone.
+                for job in [j for j in runs.active.values() if node.name in j.nodes]:
+                    runs.node_lost(job, node.name, f"node {node.name} DOWN: {node.reason}", now, out)
+            for job in list(runs.active.values()):
+                track = runs.tracking[job.id]
+                limit = job.spec.time_limit
+                started = job.start_time
+                ran = 0.0 if started is None else now - started - runs.suspended(job, now)
+                if job.ending is None and limit is not None and started is not None and ran > limit:
+                    reason = f"time limit of {format_duration(limit)} reached"
+                    runs.end(job, JobState.TIMEOUT, reason, now, out)
+                elif track.kill_time is not None and now - track.kill_time > self.config.kill_timeout:
+                    for name in job.nodes:
+                        if name not in track.done:
+                            log.error("job %d: node %s did not confirm its ranks stopped", job.id, name)
+                            track.done[name] = ()
+                            track.written_off.add(name)
+                    runs.maybe_finish(job.id, now, out)
+            runs.schedule(now, out)
+        return out
+
+    def heartbeat(self, now: float) -> list[Effect]:
+        """The next time slice under gang scheduling (nothing in batch): call it once per slice."""
+        cycle = self.runs.cycle
+        if cycle is None:
+            return []
+        rows = {job_id: placement.row for job_id, placement in self.runs.matrix.jobs().items()}
+        row = cycle.advance(now, self.runs.matrix.occupied_rows(), rows)
+        beat = p.Heartbeat(
+            epoch=self.mm_epoch,
+            seq=cycle.seq,
+            row=0 if row is None else row,
+            sent=now,
+            slice=cycle.slice,
+            resets=cycle.resets,
+        )
+        return [Publish(beat)]
 
     # ---------------------------------------------------------------------------------------------- clients
 
-    def job(self, job_id: int) -> Job | None:
-        """A job wherever it is: queued, placed, or (ended) in the store."""
-        return self.pending.get(job_id) or self.active.get(job_id) or self.store.get_job(job_id)
+    def _client_request(
+        self, msg: p.Message, caller: Credentials, now: float, out: list[Effect]
+    ) -> p.Message | None:
+        match msg:
+            case p.SubmitJob():
+                job = self._submit(self.job_spec(msg, caller), now, out)
+                return p.JobSubmitted(req=msg.req, job_id=job.id)
+            case p.ListJobs():
+                return p.JobList(req=msg.req, jobs=tuple(self.job_infos(msg.job_ids, msg.all, now)))
+            case p.GetMatrix():
+                view = matrix_view(self.runs.matrix, self.runs.cycle, self.policy, self.config.slice)
+                return dataclasses.replace(view, req=msg.req)
+            case p.GetStats():
+                return dataclasses.replace(self.stats_view(msg.job_id, now), req=msg.req)
+            case p.GetClasses():
+                if msg.history:
+                    return p.ClassesView(req=msg.req, changes=tuple(self.store.class_changes(msg.job_ids)))
+                processes = tuple(self.runs.reports.processes(msg.job_ids))
+                return p.ClassesView(req=msg.req, processes=processes)
+            case p.CancelJobs():
+                results = self._cancel(msg.job_ids, caller, now, out)
+                return p.CancelResult(req=msg.req, results=results)
+            case p.WaitJob():
+                infos = self.job_infos((msg.job_id,), now=now)
+                if not infos:
+                    raise Rejected("unknown_job", f"no job {msg.job_id}")
+                if infos[0].state in ("PENDING", "STARTING", "RUNNING"):
+                    out.append(Wait(job_id=msg.job_id, req=msg.req))
+                    return None
+                return p.JobList(req=msg.req, jobs=tuple(infos))
+            case p.ListNodes():
+                nodes = node_infos(self.registry.all(), self.runs.active.values())
+                return p.NodeList(req=msg.req, nodes=tuple(nodes))
+            case p.GetSpawns():
+                return dataclasses.replace(self.spawns_view(msg.job_id), req=msg.req)
+        raise Rejected("bad_request", f"{msg.op} is not a client request")
 
-    def submit(self, spec: JobSpec, now: float) -> Job:
-        total = self.matrix.total_pes()
+    def job_spec(self, msg: p.SubmitJob, caller: Credentials) -> JobSpec:
+        """What a submission asks for, run as its caller, with storm's defaults filled in."""
+        problem = run_as_problem(msg, uid=caller.uid, gid=caller.gid, user=caller.user)
+        if problem is not None:
+            raise Rejected("permission_denied", problem)
+        time_limit = msg.time_limit
+        if time_limit is None and self.config.default_time_limit > 0:
+            time_limit = self.config.default_time_limit
+        return JobSpec(
+            name=msg.name or posixpath.basename(msg.argv[0]),
+            uid=caller.uid,
+            gid=caller.gid,
+            user=caller.user,
+            ranks=msg.ranks,
+            argv=msg.argv,
+            cwd=msg.cwd,
+            env=msg.env,
+            time_limit=time_limit,
+            output=msg.output or posixpath.join(msg.cwd, "storm-%j.out"),
+            error=msg.error,
+            requeue=msg.requeue,
+            hook=msg.hook,
+        )
+
+    def _submit(self, spec: JobSpec, now: float, out: list[Effect]) -> Job:
+        total = self.runs.matrix.total_pes()
         if total == 0:
             raise Rejected("no_nodes", "the cluster has no nodes: start a node manager first")
         if spec.ranks > total:
             raise Rejected(
                 "too_many_ranks", f"{spec.ranks} ranks requested, but the cluster has only {total} PEs"
             )
-        if spec.time_limit is None and self.config.default_time_limit > 0:
-            spec = dataclasses.replace(spec, time_limit=self.config.default_time_limit)
         job = self.store.add_job(spec, now)
-        self.pending[job.id] = job
-        self.schedule(now)
-        return self.active.get(job.id) or self.pending.get(job.id) or job
+        self.runs.pending[job.id] = job
+        self.runs.schedule(now, out)
+        return self.runs.active.get(job.id) or self.runs.pending.get(job.id) or job
 
-    def cancel(self, job_ids: tuple[int, ...], uid: int, user: str, now: float) -> dict[str, str]:
+    def _cancel(
+        self, job_ids: tuple[int, ...], caller: Credentials, now: float, out: list[Effect]
+    ) -> dict[str, str]:
+        runs = self.runs
         results: dict[str, str] = {}
         for job_id in job_ids:
-            job = self.job(job_id)
+            job = runs.job(job_id)
             if job is None:
                 results[str(job_id)] = "unknown job"
-            elif not may_manage(uid, user, job.spec.uid, self.config.operators):
+            elif not may_manage(caller.uid, caller.user, job.spec.uid, self.config.operators):
                 results[str(job_id)] = f"permission denied: job {job_id} belongs to {job.spec.user}"
             elif job.state.terminal:
                 results[str(job_id)] = f"already {job.state.value}"
             elif job.state is JobState.PENDING:
-                del self.pending[job_id]
-                self._finish(advance(job, JobState.CANCELLED, now, reason=f"cancelled by {user}"))
+                del runs.pending[job_id]
+                runs.finish(advance(job, JobState.CANCELLED, now, reason=f"cancelled by {caller.user}"), out)
                 results[str(job_id)] = "cancelled"
             else:
-                self._end(job, JobState.CANCELLED, None, f"cancelled by {user}", now)
-                results[str(job_id)] = "cancelled" if job_id not in self.active else "cancelling"
-        self.schedule(now)
+                runs.end(job, JobState.CANCELLED, f"cancelled by {caller.user}", now, out)
+                results[str(job_id)] = "cancelled" if job_id not in runs.active else "cancelling"
+        runs.schedule(now, out)
         return results
+
+    # Queries: what the replies above are made of (tests read them directly too).
 
     def job_infos(
         self, job_ids: tuple[int, ...] = (), everything: bool = False, now: float | None = None
-    ) -> list[JobInfo]:
+    ) -> list[p.JobInfo]:
         """Jobs by id, or the active ones (all with ``everything``); ``now`` updates suspended times."""
-        live = {**self.pending, **self.active}
+        runs = self.runs
+        live = {**runs.pending, **runs.active}
         if job_ids:
-            jobs = [self.job(i) for i in job_ids]
+            jobs = [runs.job(i) for i in job_ids]
             found = [j for j in jobs if j is not None]
         elif everything:
             found = [live.get(j.id, j) for j in self.store.jobs()]
@@ -171,122 +280,91 @@ class Controller(Runs):
         infos = []
         for job in found:
             info = job.info()
-            if job.state is JobState.PENDING and job.id in self.reasons:
-                waits = self.reasons[job.id]
+            if job.state is JobState.PENDING and job.id in runs.reasons:
+                waits = runs.reasons[job.id]
                 info = dataclasses.replace(info, reason=f"{waits} ({job.reason})" if job.requeues else waits)
-            if job.id in self.active and now is not None:
-                warning = self.reports.hang(job, now, self.config.hang_warning)
-                info = dataclasses.replace(info, suspended_time=self.suspended(job, now), warning=warning)
+            if job.id in runs.active and now is not None:
+                warning = runs.reports.hang(job, now, self.config.hang_warning)
+                info = dataclasses.replace(info, suspended_time=runs.suspended(job, now), warning=warning)
             infos.append(info)
         return infos
 
-    def suspended(self, job: Job, now: float) -> float:
-        """Seconds the job's ranks have been stopped by gang scheduling, up to now."""
-        if self.cycle is None or job.row is None:
-            return job.suspended_time
-        return self.cycle.suspended_time(job.id, job.row, now)
+    def stats_view(self, job_id: int, now: float) -> p.StatsView:
+        job = self.runs.job(job_id)
+        if job is None:
+            raise Rejected("unknown_job", f"no job {job_id}")
+        return self.runs.reports.view(job, now, self.config.hang_warning)
 
-    def matrix_view(self) -> MatrixView:
-        columns = self.matrix.columns()
-        index = {pe: i for i, pe in enumerate(columns)}
-        cells = []
-        for row in self.matrix.cells():
-            line = [0] * len(columns)
-            for pe, job_id in row.items():
-                line[index[pe]] = job_id
-            cells.append(tuple(line))
-        cycle = self.cycle
-        return MatrixView(
-            policy=self.policy,
-            mpl=self.matrix.mpl,
-            slice=self.config.slice,
-            active_row=None if cycle is None else cycle.active,
-            seq=0 if cycle is None else cycle.seq,
-            columns=tuple(f"{node}:{pe}" for node, pe in columns),
-            cells=tuple(cells),
-        )
-
-    def heartbeat(self, now: float) -> Heartbeat | None:
-        """The next time slice under gang scheduling (None in batch): call it once per slice."""
-        if self.cycle is None:
-            return None
-        rows = {job_id: placement.row for job_id, placement in self.matrix.jobs().items()}
-        row = self.cycle.advance(now, self.matrix.occupied_rows(), rows)
-        return Heartbeat(
-            epoch=self.mm_epoch,
-            seq=self.cycle.seq,
-            row=0 if row is None else row,
-            sent=now,
-            slice=self.cycle.slice,
-            resets=self.cycle.resets,
-        )
-
-    def node_infos(self) -> list[NodeInfo]:
-        jobs: dict[str, list[int]] = {}
-        pes_used: dict[str, int] = {}
-        for job in self.active.values():
-            for name in job.nodes:
-                jobs.setdefault(name, []).append(job.id)
-            for name, _pe in job.placement:
-                pes_used[name] = pes_used.get(name, 0) + 1
-        infos = []
-        for n in sorted(self.registry.all(), key=lambda n: n.name):
-            if n.state == DOWN:
-                reason = n.reason
-            elif not n.confirmed:
-                reason = "not registered since storm-mm started"
-            elif n.stale:
-                reason = f"stopping ended job(s) {', '.join(map(str, sorted(n.stale)))}"
-            else:
-                reason = ""
-            infos.append(
-                NodeInfo(
-                    name=n.name,
-                    state=n.state,
-                    pes=n.pes,
-                    pes_used=pes_used.get(n.name, 0),
-                    address=n.address,
-                    last_seen=n.last_seen,
-                    reason=reason,
-                    jobs=tuple(jobs.get(n.name, ())),
-                    switches=n.switches,
-                    switch_p50_ms=n.switch_p50_ms,
-                    switch_p99_ms=n.switch_p99_ms,
-                )
-            )
-        return infos
+    def spawns_view(self, job_id: int) -> p.SpawnsView:
+        if self.runs.job(job_id) is None:
+            raise Rejected("unknown_job", f"no job {job_id}")
+        return spawn_counts(self.store.get_meta(f"spawns:{job_id}"), job_id)
 
     # ---------------------------------------------------------------------------------------------- nodes
 
-    def register(self, msg: RegisterNode, now: float) -> NodeRegistered:
+    def _node_message(self, msg: p.Message, sender: str, now: float, out: list[Effect]) -> p.Message | None:
+        node = getattr(msg, "node", None)
+        if node is not None and node != sender:
+            # The routing id is what replies are addressed to; a mismatch would misroute them.
+            return p.Error(code="bad_request", text="node name differs from routing id")
+        if node is not None and not isinstance(msg, p.RegisterNode) and self.registry.get(node) is None:
+            # A node that never registered has no jobs, PEs or state here: nothing it reports can be true.
+            self.throttle.warning(log, ("unknown", node), now, "%s from unknown node %r", msg.op, node)
+            return p.Reregister(reason=f"unknown node {node!r}: register first")
+        match msg:
+            case p.RegisterNode():
+                return self._register(msg, now, out)
+            case p.NodeStatus():
+                return self._node_status(msg, now, out)
+            # Job reports are answered only when refused (an error), and a final report taken with an ack.
+            case p.JobLaunched():
+                return self._job_launched(msg, now, out)
+            case p.RankFailed():
+                return self._rank_failed(msg, now, out)
+            case p.JobNodeDone():
+                return self._job_node_done(msg, now, out) or p.Ack(job_id=msg.job_id, what=msg.op)
+            case p.PmiBarrierIn():
+                return self._pmi_barrier_in(msg, now, out)
+            case p.JobStats():
+                return self._job_stats(msg, now)
+            case p.JobSpawned():
+                return self._job_spawned(msg, now)
+            case p.SpawnFailed():
+                return self._spawn_failed(msg, now, out)
+            case p.PmiName():
+                return self._pmi_name(msg, now, out)
+        return p.Error(code="bad_request", text=f"{msg.op} is not a node message")
+
+    def _register(self, msg: p.RegisterNode, now: float, out: list[Effect]) -> p.NodeRegistered:
+        runs = self.runs
         node = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now, host=msg.host)
-        self.echoes.forget_node(msg.node)  # all it sent before registering has arrived
+        runs.echoes.forget_node(msg.node)  # all it sent before registering has arrived
         try:
-            self.matrix.add_node(msg.node, msg.pes)
+            runs.matrix.add_node(msg.node, msg.pes)
         except ValueError:
-            node.pes = self.matrix.nodes()[msg.node]
+            node.pes = runs.matrix.nodes()[msg.node]
             log.warning("node %s reports %d PEs but jobs occupy its %d: kept", msg.node, msg.pes, node.pes)
         self.store.save_node(node.record())
         listed = set(msg.jobs)
-        for job in list(self.active.values()):
-            track = self.tracking[job.id]
+        for job in list(runs.active.values()):
+            track = runs.tracking[job.id]
             if msg.node in job.nodes and job.id not in listed and msg.node not in track.done:
                 launch = track.launches.get(msg.node)
                 if launch is not None and msg.node not in track.launched and job.ending is None:
                     # Its launch was lost (sent while the node manager was restarting): send it again.
-                    self.outbox.append((msg.node, launch))
+                    out.append(Send(msg.node, launch))
                     continue
                 reason = f"node {msg.node}: its node manager no longer knows the job"
-                self._node_lost(job, msg.node, reason, now)
+                runs.node_lost(job, msg.node, reason, now, out)
         for job_id in sorted(listed):
-            starting = self.active.get(job_id)
+            starting = runs.active.get(job_id)
             if starting is not None and starting.state is JobState.STARTING and msg.node in starting.nodes:
                 self._launched(starting, msg.node, now)  # re-adopted by a restarted NM before it reported
-            self._stop_if_over(msg.node, job_id)
+            self._stop_if_over(msg.node, job_id, out)
         log.info("node %s registered with %d PEs (%s)", msg.node, msg.pes, msg.address or "no address")
-        self.schedule(now)
-        rows = {str(j.id): j.row or 0 for j in self.active.values() if msg.node in j.nodes}
-        return NodeRegistered(
+        runs.schedule(now, out)
+        rows = {str(j.id): j.row or 0 for j in runs.active.values() if msg.node in j.nodes}
+        return p.NodeRegistered(
             node=msg.node,
             mm_epoch=self.mm_epoch,
             report_interval=self.config.node_timeout / 5,
@@ -298,14 +376,14 @@ class Controller(Runs):
             fcs=self.fcs,
         )
 
-    def node_status(self, msg: NodeStatus, now: float) -> Reregister | None:
+    def _node_status(self, msg: p.NodeStatus, now: float, out: list[Effect]) -> p.Reregister | None:
         node = self.registry.get(msg.node)
         if (
             msg.mm_epoch != self.mm_epoch
             or node is None
             or not self.registry.seen(msg.node, msg.nm_epoch, now)
         ):
-            return Reregister(reason="unknown node manager: register first")
+            return p.Reregister(reason="unknown node manager: register first")
         node.switches, node.switch_p50_ms, node.switch_p99_ms = (
             msg.switches,
             msg.switch_p50_ms,
@@ -313,110 +391,107 @@ class Controller(Runs):
         )
         was_draining = bool(node.stale)
         node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
-        echoes_over = self.echoes.heard(msg.node, msg.jobs)
+        echoes_over = self.runs.echoes.heard(msg.node, msg.jobs)
         for job_id in msg.jobs:
-            job = self.active.get(job_id)
+            job = self.runs.active.get(job_id)
             if job is not None and job.state is JobState.STARTING and msg.node in job.nodes:
                 self._launched(job, msg.node, now)  # the launch report may have been lost
-            elif self._stop_if_over(msg.node, job_id):
-                self.outbox.append((msg.node, KillJob(job_id=job_id, reason="the job has ended")))
+            elif self._stop_if_over(msg.node, job_id, out):
+                out.append(Send(msg.node, p.KillJob(job_id=job_id, reason="the job has ended")))
         if (was_draining and not node.stale) or echoes_over:
-            self.schedule(now)
+            self.runs.schedule(now, out)
         return None
 
-    def _stop_if_over(self, node_name: str, job_id: int) -> bool:
+    def _stop_if_over(self, node_name: str, job_id: int, out: list[Effect]) -> bool:
         """A node still has ranks of a job: remember to stop them if the job is over (or over for that node).
 
         Returns True when the node must be told (again) to stop the job.
         """
         node = self.registry.get(node_name)
-        job = self.active.get(job_id)
+        job = self.runs.active.get(job_id)
         assert node is not None
         # Not among the job's nodes: ranks of an earlier run of a requeued job, on a node that was lost.
-        if job is None or node_name not in job.nodes or node_name in self.tracking[job_id].done:
+        if job is None or node_name not in job.nodes or node_name in self.runs.tracking[job_id].done:
             node.stale.add(job_id)  # ended, or written off on this node: its PEs may be reused elsewhere
             return True
         if job.ending is not None:
-            self.outbox.append((node_name, KillJob(job_id=job_id, reason=job.reason)))
+            out.append(Send(node_name, p.KillJob(job_id=job_id, reason=job.reason)))
         return False
 
     # Each job report below returns an error for the node (and changes nothing) when the node has no ranks
     # of the job: see _foreign.
 
-    def job_launched(self, msg: JobLaunched, now: float) -> Error | None:
+    def _job_launched(self, msg: p.JobLaunched, now: float, out: list[Effect]) -> p.Error | None:
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
-        job = self.active.get(msg.job_id)
-        if job is None or msg.node not in job.nodes or msg.node in self.tracking[job.id].done:
-            self._stop_if_over(msg.node, msg.job_id)
-            self.outbox.append((msg.node, KillJob(job_id=msg.job_id, reason="the job has ended")))
+        job = self.runs.active.get(msg.job_id)
+        if job is None or msg.node not in job.nodes or msg.node in self.runs.tracking[job.id].done:
+            self._stop_if_over(msg.node, msg.job_id, out)
+            out.append(Send(msg.node, p.KillJob(job_id=msg.job_id, reason="the job has ended")))
             return None
         self._launched(job, msg.node, now)
         return None
 
     def _launched(self, job: Job, node: str, now: float) -> None:
-        track = self.tracking[job.id]
+        track = self.runs.tracking[job.id]
         track.launched.add(node)
         if job.state is JobState.STARTING and track.launched >= set(job.nodes):
             track.launches.clear()
             job = advance(job, JobState.RUNNING, now, start_time=job.start_time)
             self.store.save_job(job)
-            self.active[job.id] = job
+            self.runs.active[job.id] = job
 
-    def rank_failed(self, msg: RankFailed, now: float) -> Error | None:
+    def _rank_failed(self, msg: p.RankFailed, now: float, out: list[Effect]) -> p.Error | None:
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
-        job = self.active.get(msg.job_id)
+        job = self.runs.active.get(msg.job_id)
         # A node written off (or outside a requeued job's new run) speaks for ranks that no longer count.
-        if job is not None and msg.node in job.nodes and msg.node not in self.tracking[job.id].done:
-            self._end(job, JobState.FAILED, msg.exit.status, f"{msg.exit.describe()} on {msg.node}", now)
+        if job is not None and msg.node in job.nodes and msg.node not in self.runs.tracking[job.id].done:
+            reason = f"{msg.exit.describe()} on {msg.node}"
+            self.runs.end(job, JobState.FAILED, reason, now, out, exit_code=msg.exit.status)
         return None
 
-    def job_node_done(self, msg: JobNodeDone, now: float) -> Error | None:
+    def _job_node_done(self, msg: p.JobNodeDone, now: float, out: list[Effect]) -> p.Error | None:
         """None when the report is taken (the node is then acknowledged: it may forget the job)."""
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
+        runs = self.runs
         node = self.registry.get(msg.node)
-        job = self.active.get(msg.job_id)
-        if job is None or msg.node not in job.nodes or msg.node in self.tracking[job.id].done:
+        job = runs.active.get(msg.job_id)
+        if job is None or msg.node not in job.nodes or msg.node in runs.tracking[job.id].done:
             if node is not None and msg.job_id in node.stale:
                 node.stale.discard(msg.job_id)
                 if not node.stale:
-                    self.schedule(now)
+                    runs.schedule(now, out)
             return None  # a re-sent report, or the last word from a node that was written off
-        track = self.tracking[job.id]
+        track = runs.tracking[job.id]
         track.done[msg.node] = msg.exits
         if not set(track.done) >= set(job.nodes):
             # Stored before the ack, after which the node forgets the job: an MM restarted before the job's
             # other nodes report must know this one finished its part rather than lost it.
             self.store.save_node_exits(job.id, msg.node, msg.exits)
-        self.reports.node_done(msg)
+        runs.reports.node_done(msg)
         failed = [e for e in msg.exits if e.failed]
         if msg.reason:
-            self._end(job, JobState.NODE_FAIL, None, msg.reason, now)
+            runs.end(job, JobState.NODE_FAIL, msg.reason, now, out)
         elif failed:
-            self._end(job, JobState.FAILED, failed[0].status, f"{failed[0].describe()} on {msg.node}", now)
-        self._maybe_finish(job.id, now)
+            reason = f"{failed[0].describe()} on {msg.node}"
+            runs.end(job, JobState.FAILED, reason, now, out, exit_code=failed[0].status)
+        runs.maybe_finish(job.id, now, out)
         return None
 
-    def job_stats(self, msg: JobStats, now: float) -> Error | None:
+    def _job_stats(self, msg: p.JobStats, now: float) -> p.Error | None:
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
-        if msg.job_id in self.active and msg.node in self.active[msg.job_id].nodes:
-            self.reports.job_stats(msg, now)
+        if msg.job_id in self.runs.active and msg.node in self.runs.active[msg.job_id].nodes:
+            self.runs.reports.job_stats(msg, now)
         return None
 
-    def stats_view(self, job_id: int, now: float) -> StatsView:
-        job = self.job(job_id)
-        if job is None:
-            raise Rejected("unknown_job", f"no job {job_id}")
-        return self.reports.view(job, now, self.config.hang_warning)
-
-    def pmi_barrier_in(self, msg: PmiBarrierIn, now: float) -> Error | None:
+    def _pmi_barrier_in(self, msg: p.PmiBarrierIn, now: float, out: list[Effect]) -> p.Error | None:
         """Collect one node's arrival at a cross-node PMI barrier; answer all nodes when the last arrives.
 
         The answer is stored before it is sent: a node whose copy was lost (the MM restarted) asks again
@@ -427,14 +502,14 @@ class Controller(Runs):
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
-        job = self.active.get(msg.job_id)
+        job = self.runs.active.get(msg.job_id)
         if job is None or msg.node not in job.nodes:
             return None
-        track = self.tracking[job.id]
+        track = self.runs.tracking[job.id]
         if track.last_barrier is not None and msg.seq <= track.last_barrier[0]:
             seq, kvs = track.last_barrier
             if msg.seq == seq:
-                self.outbox.append((msg.node, PmiBarrierOut(job_id=job.id, seq=seq, kvs=kvs)))
+                out.append(Send(msg.node, p.PmiBarrierOut(job_id=job.id, seq=seq, kvs=kvs)))
             return None
         current = 0 if track.last_barrier is None else track.last_barrier[0] + 1
         if msg.seq > current + 1:
@@ -450,46 +525,39 @@ class Controller(Runs):
             self.store.save_barrier(job.id, msg.seq, merged)
             track.last_barrier = (msg.seq, merged)
             for node in job.nodes:
-                self.outbox.append((node, PmiBarrierOut(job_id=job.id, seq=msg.seq, kvs=merged)))
+                out.append(Send(node, p.PmiBarrierOut(job_id=job.id, seq=msg.seq, kvs=merged)))
         return None
 
-    # ---------------------------------------------------------------------------------------------- dynamic
-
-    def job_spawned(self, msg: JobSpawned, now: float) -> Error | None:
+    def _job_spawned(self, msg: p.JobSpawned, now: float) -> p.Error | None:
         """A node started the processes of an MPI_Comm_spawn of the job, or refused one: counted."""
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
-        job = self.active.get(msg.job_id)
+        job = self.runs.active.get(msg.job_id)
         if job is not None and msg.node in job.nodes:
-            self.count_spawn(msg)
+            self.runs.count_spawn(msg)
         return None
 
-    def spawn_failed(self, msg: SpawnFailed, now: float) -> Error | None:
+    def _spawn_failed(self, msg: p.SpawnFailed, now: float, out: list[Effect]) -> p.Error | None:
         """A spawned process failed: the job ends FAILED, as when one of its ranks fails."""
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
-        job = self.active.get(msg.job_id)
-        if job is not None and msg.node in job.nodes and msg.node not in self.tracking[job.id].done:
-            self._end(job, JobState.FAILED, msg.exit.status, msg.describe(), now)
+        job = self.runs.active.get(msg.job_id)
+        if job is not None and msg.node in job.nodes and msg.node not in self.runs.tracking[job.id].done:
+            self.runs.end(job, JobState.FAILED, msg.describe(), now, out, exit_code=msg.exit.status)
         return None
 
-    def spawns_view(self, job_id: int) -> SpawnsView:
-        if self.job(job_id) is None:
-            raise Rejected("unknown_job", f"no job {job_id}")
-        return spawn_counts(self.store.get_meta(f"spawns:{job_id}"), job_id)
-
-    def pmi_name(self, msg: PmiName, now: float) -> Error | None:
+    def _pmi_name(self, msg: p.PmiName, now: float, out: list[Effect]) -> p.Error | None:
         """A process's MPI_Publish_name, MPI_Lookup_name or MPI_Unpublish_name, answered at once to its node
         (names: see mm/runs.py)."""
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
-        job = self.active.get(msg.job_id)
+        job = self.runs.active.get(msg.job_id)
         port, error = "", f"storm: job {msg.job_id} has ended"
         if job is not None and job.ending is None and msg.node in job.nodes:
-            port, error = self.names.request(
+            port, error = self.runs.names.request(
                 msg.action,
                 uid=job.spec.uid,
                 user=job.spec.user,
@@ -499,57 +567,28 @@ class Controller(Runs):
             )
         elif job is not None and job.ending is not None:
             error = f"storm: job {msg.job_id} is ending ({job.reason})"
-        result = PmiNameResult(job_id=msg.job_id, seq=msg.seq, ok=not error, port=port, error=error)
-        self.outbox.append((msg.node, result))
+        result = p.PmiNameResult(job_id=msg.job_id, seq=msg.seq, ok=not error, port=port, error=error)
+        out.append(Send(msg.node, result))
         return None
 
-    def _foreign(self, node_name: str, job_id: int, what: str, now: float) -> Error | None:
+    def _foreign(self, node_name: str, job_id: int, what: str, now: float) -> p.Error | None:
         """An error when ``node_name`` has no ranks of the job, as far as the MM knows; None when it may.
 
         An authenticated node manager still speaks only for its own ranks. It may have those of the job's
         current (or last) run on it, of an earlier run of a requeued job it has not confirmed gone
         (``stale``), or of a requeued job's last run whose reports may still be on their way (``echoes``).
         """
-        job = self.job(job_id)
+        job = self.runs.job(job_id)
         node = self.registry.get(node_name)
         if (
             (job is not None and node_name in job.nodes)
             or (node is not None and job_id in node.stale)
-            or self.echoes.expects(job_id, node_name)
+            or self.runs.echoes.expects(job_id, node_name)
         ):
             return None
         return self._refuse(node_name, f"{what} about job {job_id}, which has no ranks on {node_name}", now)
 
-    def _refuse(self, node: str, text: str, now: float) -> Error:
+    def _refuse(self, node: str, text: str, now: float) -> p.Error:
         """A node report that must change nothing: a log line (throttled per node) and the error for it."""
         self.throttle.warning(log, ("refused", node), now, "node %s: refused %s", node, text)
-        return Error(code="bad_request", text=text)
-
-    # ---------------------------------------------------------------------------------------------- time
-
-    def tick(self, now: float) -> None:
-        """Node liveness, time limits and stuck kills; call it a few times a second."""
-        for node in self.registry.expire(now):
-            log.warning("node %s is DOWN: %s", node.name, node.reason)
-            self.store.save_node(node.record())
-            self.echoes.forget_node(node.name)
-            # The node keeps its matrix columns (no new job goes to a node that is not UP), and a lost job
-            # keeps its PEs elsewhere until those nodes confirm its ranks are gone.
-            for job in [j for j in self.active.values() if node.name in j.nodes]:
-                self._node_lost(job, node.name, f"node {node.name} DOWN: {node.reason}", now)
-        for job in list(self.active.values()):
-            track = self.tracking[job.id]
-            limit = job.spec.time_limit
-            started = job.start_time
-            ran = 0.0 if started is None else now - started - self.suspended(job, now)
-            if job.ending is None and limit is not None and started is not None and ran > limit:
-                reason = f"time limit of {format_duration(limit)} reached"
-                self._end(job, JobState.TIMEOUT, None, reason, now)
-            elif track.kill_time is not None and now - track.kill_time > self.config.kill_timeout:
-                for name in job.nodes:
-                    if name not in track.done:
-                        log.error("job %d: node %s did not confirm its ranks stopped", job.id, name)
-                        track.done[name] = ()
-                        track.written_off.add(name)
-                self._maybe_finish(job.id, now)
-        self.schedule(now)
+        return p.Error(code="bad_request", text=text)

@@ -1,5 +1,9 @@
 """storm-mm's sockets: a thin asyncio shell around :class:`storm.mm.core.Controller`.
 
+It decodes each message, says who sent it, hands it to the controller, and carries out the effects the
+controller returns (mm/effects.py) in order; the clock and a restart go in the same way. It decides nothing
+about jobs itself. Only rate limits (per uid, on submissions) stay here, as protection of the daemon.
+
 Two ROUTER sockets: one for clients on a local ipc:// endpoint (the kernel's peer credentials say who calls),
 one for node managers over TCP (each NM's routing id is its node name); under gang scheduling a PUB socket
 carries one heartbeat per time slice; with ``[mm] client_tcp_endpoint`` a third ROUTER serves remote clients.
@@ -11,12 +15,12 @@ never a crash.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import fcntl
 import json
 import logging
 import os
 import pwd
+import secrets
 import signal
 import time
 import uuid
@@ -29,12 +33,12 @@ import zmq.asyncio
 from storm.mm import protocol as p
 from storm.mm.auth import CLIENTS, NODES, Gatekeeper, domain_keys, watch_handshakes
 from storm.mm.config import StormConfig
-from storm.mm.core import Controller, Rejected
-from storm.mm.jobs import JobSpec
+from storm.mm.core import Controller, FromNode
+from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
 from storm.mm.keys import KeyFileError, curve_server, read_keypair
 from storm.mm.limits import LogThrottle, RateLimits
 from storm.mm.priority import request_realtime
-from storm.mm.rights import key_user, run_as_problem
+from storm.mm.rights import key_user
 from storm.mm.sd_notify import Notifier
 from storm.mm.store import Store
 
@@ -113,9 +117,10 @@ class MachineManager:
         self.store = Store(self.state_dir / "storm.db", config.mm.sync)
         self.epoch = uuid.uuid4().hex
         self.core = Controller(
-            self.store, config.mm, time.time(), self.epoch, policy=config.cluster.policy,
-            fcs=config.fcs_parameters(),
+            self.store, config.mm, self.epoch, nonce=lambda: secrets.token_hex(4),
+            policy=config.cluster.policy, fcs=config.fcs_parameters(),
         )  # fmt: skip
+        recovered = self.core.recover(time.time())
         self.priority = request_realtime() if config.mm.realtime else "ordinary priority"
         self.ctx = zmq.asyncio.Context()  # after the priority: its I/O thread inherits it
         self.clients = self.ctx.socket(zmq.ROUTER)
@@ -144,6 +149,7 @@ class MachineManager:
         self.submits = RateLimits(config.mm.submit_rate, config.mm.submit_burst)
         self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
         self.waiters: dict[int, list[tuple[zmq.asyncio.Socket, bytes, int]]] = {}
+        self.recovered = recovered  # carried out once the sockets are bound
         self.stopping = asyncio.Event()
         self.notify = Notifier.from_environment()  # systemd's Type=notify; nothing without it
 
@@ -210,11 +216,13 @@ class MachineManager:
         client = bind(self.clients, self.config.mm.client_endpoint)
         node = bind(self.nodes, self.config.mm.node_endpoint)
         heartbeat = ""
-        if self.core.cycle is not None:
+        if self.core.runs.cycle is not None:
             heartbeat = bind(self.heartbeats, self.config.mm.heartbeat_endpoint)
             self.core.heartbeat_port = int(heartbeat.rsplit(":", 1)[1])
         remote = bind(self.remote, self.config.mm.client_tcp_endpoint) if self.remote is not None else ""
         self._write_endpoints(client, node, heartbeat, remote)
+        self._carry_out(self.recovered)
+        self.recovered = []
         beats = f", heartbeats on {heartbeat}" if heartbeat else ""
         beats += f", remote clients on {remote}" if remote else ""
         log.info(
@@ -268,16 +276,14 @@ class MachineManager:
                 await handle(frames)
             except Exception:
                 log.exception("unexpected error while handling a message; carrying on")
-            self._flush()
 
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
             try:
-                self.core.tick(time.time())
+                self._carry_out(self.core.tick(time.time()))
             except Exception:
                 log.exception("unexpected error in the periodic check; carrying on")
-            self._flush()
 
     async def _heartbeats(self) -> None:
         """One heartbeat per slice, on a fixed schedule: a late slice does not shift the ones after it."""
@@ -286,9 +292,7 @@ class MachineManager:
         due = loop.time()
         while True:
             try:
-                beat = self.core.heartbeat(time.time())
-                if beat is not None:
-                    self.heartbeats.send(p.encode(beat), flags=zmq.NOBLOCK)
+                self._carry_out(self.core.heartbeat(time.time()))
             except Exception:
                 log.exception("could not send a heartbeat; carrying on")
             due += slice_
@@ -297,15 +301,25 @@ class MachineManager:
                 due = now
             await asyncio.sleep(max(0.0, due - now))
 
-    def _flush(self) -> None:
-        """Send what the controller queued for nodes and answer clients waiting for jobs that ended."""
-        outbox, self.core.outbox = self.core.outbox, []
-        for node, msg in outbox:
-            self._send(self.nodes, node.encode(), msg)
-        ended, self.core.ended = self.core.ended, []
-        for job in ended:
-            for sock, identity, req in self.waiters.pop(job.id, []):
-                self._send(sock, identity, p.JobList(req=req, jobs=(job.info(),)))
+    def _carry_out(
+        self, effects: list[Effect], sock: zmq.asyncio.Socket | None = None, identity: bytes = b""
+    ) -> None:
+        """Do what the controller decided, in order; ``sock`` and ``identity`` are the sender's, if any."""
+        for effect in effects:
+            match effect:
+                case Send():
+                    self._send(self.nodes, effect.node.encode("utf-8", "surrogateescape"), effect.message)
+                case Reply() if sock is not None:
+                    self._send(sock, identity, effect.message)
+                case Wait() if sock is not None:
+                    self.waiters.setdefault(effect.job_id, []).append((sock, identity, effect.req))
+                case JobEnded():
+                    for waiter, who, req in self.waiters.pop(effect.info.id, []):
+                        self._send(waiter, who, p.JobList(req=req, jobs=(effect.info,)))
+                case Publish():
+                    self.heartbeats.send(p.encode(effect.heartbeat), flags=zmq.NOBLOCK)
+                case _:
+                    log.error("no sender to carry out %r for; dropped", effect)
 
     def _warn(self, kind: object, text: str, *args: object) -> None:
         self.throttle.warning(log, kind, time.monotonic(), text, *args)
@@ -356,68 +370,12 @@ class MachineManager:
                 self._send(sock, identity, p.error_for(msg, "rate_limited", text))
                 return
         try:
-            reply = self._client_request(msg, caller, identity, sock)
-        except Rejected as exc:
-            reply = p.error_for(msg, exc.code, str(exc))
+            effects = self.core.handle(msg, time.time(), caller)
         except Exception as exc:
             log.exception("client request %s failed", msg.op)
-            reply = p.error_for(msg, "internal", f"internal error: {exc.__class__.__name__}: {exc}")
-        if reply is not None:
-            self._send(sock, identity, reply)
-
-    def _client_request(
-        self, msg: p.Message, caller: Caller, identity: bytes, sock: zmq.asyncio.Socket
-    ) -> p.Message | None:
-        now = time.time()
-        match msg:
-            case p.SubmitJob():
-                problem = run_as_problem(msg, uid=caller.uid, gid=caller.gid, user=caller.user)
-                if problem is not None:
-                    raise Rejected("permission_denied", problem)
-                spec = JobSpec(
-                    name=msg.name or os.path.basename(msg.argv[0]),
-                    uid=caller.uid,
-                    gid=caller.gid,
-                    user=caller.user,
-                    ranks=msg.ranks,
-                    argv=msg.argv,
-                    cwd=msg.cwd,
-                    env=msg.env,
-                    time_limit=msg.time_limit,
-                    output=msg.output or os.path.join(msg.cwd, "storm-%j.out"),
-                    error=msg.error,
-                    requeue=msg.requeue,
-                    hook=msg.hook,
-                )
-                job = self.core.submit(spec, now)
-                return p.JobSubmitted(req=msg.req, job_id=job.id)
-            case p.ListJobs():
-                return p.JobList(req=msg.req, jobs=tuple(self.core.job_infos(msg.job_ids, msg.all, now)))
-            case p.GetMatrix():
-                return dataclasses.replace(self.core.matrix_view(), req=msg.req)
-            case p.GetStats():
-                return dataclasses.replace(self.core.stats_view(msg.job_id, now), req=msg.req)
-            case p.GetClasses():
-                if msg.history:
-                    changes = tuple(self.store.class_changes(msg.job_ids))
-                    return p.ClassesView(req=msg.req, changes=changes)
-                return p.ClassesView(req=msg.req, processes=tuple(self.core.reports.processes(msg.job_ids)))
-            case p.CancelJobs():
-                results = self.core.cancel(msg.job_ids, caller.uid, caller.user, now)
-                return p.CancelResult(req=msg.req, results=results)
-            case p.WaitJob():
-                infos = self.core.job_infos((msg.job_id,), now=now)
-                if not infos:
-                    raise Rejected("unknown_job", f"no job {msg.job_id}")
-                if infos[0].state in ("PENDING", "STARTING", "RUNNING"):
-                    self.waiters.setdefault(msg.job_id, []).append((sock, identity, msg.req))
-                    return None
-                return p.JobList(req=msg.req, jobs=tuple(infos))
-            case p.ListNodes():
-                return p.NodeList(req=msg.req, nodes=tuple(self.core.node_infos()))
-            case p.GetSpawns():
-                return dataclasses.replace(self.core.spawns_view(msg.job_id), req=msg.req)
-        raise Rejected("bad_request", f"{msg.op} is not a client request")
+            error = p.error_for(msg, "internal", f"internal error: {exc.__class__.__name__}: {exc}")
+            effects = [Reply(error)]
+        self._carry_out(effects, sock, identity)
 
     # ---------------------------------------------------------------------------------------------- nodes
 
@@ -432,46 +390,10 @@ class MachineManager:
             self._warn("node bad", "bad message from node %r: %s", identity, exc)
             self._send(self.nodes, identity, p.Error(code="bad_request", text=str(exc)))
             return
-        node = getattr(msg, "node", None)
-        if node is not None and node.encode() != identity:
-            # The routing id is what replies are addressed to; a mismatch would misroute them.
-            self._send(
-                self.nodes, identity, p.Error(code="bad_request", text="node name differs from routing id")
-            )
-            return
-        if node is not None and not isinstance(msg, p.RegisterNode) and self.core.registry.get(node) is None:
-            # A node that never registered has no jobs, PEs or state here: nothing it reports can be true.
-            self._warn("node unknown", "%s from unknown node %r", msg.op, node)
-            self._send(self.nodes, identity, p.Reregister(reason=f"unknown node {node!r}: register first"))
-            return
-        now = time.time()
-        reply: p.Message | None = None
-        match msg:
-            case p.RegisterNode():
-                reply = self.core.register(msg, now)
-            case p.NodeStatus():
-                reply = self.core.node_status(msg, now)
-            # Job reports are answered only when refused (an error), and a final report taken with an ack.
-            case p.JobLaunched():
-                reply = self.core.job_launched(msg, now)
-            case p.RankFailed():
-                reply = self.core.rank_failed(msg, now)
-            case p.JobNodeDone():
-                reply = self.core.job_node_done(msg, now) or p.Ack(job_id=msg.job_id, what=msg.op)
-            case p.PmiBarrierIn():
-                reply = self.core.pmi_barrier_in(msg, now)
-            case p.JobStats():
-                reply = self.core.job_stats(msg, now)
-            case p.JobSpawned():
-                reply = self.core.job_spawned(msg, now)
-            case p.SpawnFailed():
-                reply = self.core.spawn_failed(msg, now)
-            case p.PmiName():
-                reply = self.core.pmi_name(msg, now)
-            case _:
-                reply = p.Error(code="bad_request", text=f"{msg.op} is not a node message")
-        if reply is not None:
-            self._send(self.nodes, identity, reply)
+        # The routing id is checked against the node a message names, and the node against those registered,
+        # inside the controller: a surrogate escape keeps any identity's bytes, so no other name can match.
+        sender = FromNode(identity.decode("utf-8", "surrogateescape"))
+        self._carry_out(self.core.handle(msg, time.time(), sender), self.nodes, identity)
 
 
 def serve(config: StormConfig) -> None:

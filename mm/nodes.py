@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storm.mm.store import NodeRecord
+from storm.mm.storage import NodeRecord
 
 UP = "UP"
 DOWN = "DOWN"

@@ -10,11 +10,11 @@ from collections import Counter
 
 from storm.mm.jobs import Job
 from storm.mm.protocol import JobNodeDone, JobStats, ProfileEntry, RankStats, StatsView
-from storm.mm.store import Store
+from storm.mm.storage import Storage
 
 
 class Reports:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Storage) -> None:
         self.store = store
         # Per running job, per node: when its latest report arrived, its ranks, and their profile.
         self.live: dict[int, dict[str, tuple[float, tuple[RankStats, ...], tuple[ProfileEntry, ...]]]] = {}

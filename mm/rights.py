@@ -9,7 +9,28 @@ a ``submit_job`` that asks for another uid, gid or user is refused, not quietly 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
+
+
+class Credentials(Protocol):
+    """Who sent a client request: the kernel's word (a local client) or its key's (a remote one)."""
+
+    @property
+    def uid(self) -> int: ...
+    @property
+    def gid(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Account:
+    """Credentials given directly (tests, a simulator); storm-mm takes them from the socket."""
+
+    uid: int
+    gid: int
+    user: str
 
 
 def is_operator(uid: int, user: str, operators: Sequence[str]) -> bool:

@@ -27,7 +27,9 @@ What jobs spawned (MPI_Comm_spawn, counted as node managers report it) is kept d
 table under ``spawns:<job id>``, over all of a job's runs, for ``storm show``; a spawn reported while the MM
 was down is not counted.
 
-The Controller (mm/core.py) decides when, from what arrives; everything here is called from it.
+The Controller (mm/core.py) owns a :class:`RunTable` and decides when, from what arrives; everything here is
+called from it. A step that has something to say to a node or to a job's waiting clients appends it to the
+effect list ``out`` of the stimulus being handled (mm/effects.py), after the store has it.
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import secrets
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storm.mm.config import MMConfig
+from storm.mm.effects import Effect, JobEnded, Send
 from storm.mm.jobs import Job, JobState, advance, outcome, requeue
 from storm.mm.matrix import Matrix, Placement
 from storm.mm.nodes import UP, NodeRegistry
@@ -48,7 +52,6 @@ from storm.mm.protocol import (
     JobSpawned,
     KillJob,
     LaunchJob,
-    Message,
     RankExit,
     RankSlot,
     SpawnsView,
@@ -57,7 +60,7 @@ from storm.mm.reports import Reports
 from storm.mm.requeue import Echoes
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
 from storm.mm.slots import GangCycle
-from storm.mm.store import Store
+from storm.mm.storage import Storage
 
 log = logging.getLogger("storm.mm")
 
@@ -140,42 +143,89 @@ def spawn_counts(raw: str | None, job_id: int) -> SpawnsView:
         return SpawnsView(job_id=job_id)
 
 
-class Runs:
+def seeded_nonces(seed: int | str) -> Callable[[], str]:
+    """Kvsname nonces that are the same for the same seed: for tests and a simulator (storm-mm draws its
+    own from the OS, see mm/daemon.py)."""
+    rng = random.Random(seed)
+    return lambda: f"{rng.getrandbits(32):08x}"
+
+
+class RunTable:
     """The MM's jobs, queued and placed, and what a run goes through: its start on its nodes, its end
-    everywhere, its finish (or requeue) once every node has reported, and the start of what its PEs free."""
+    everywhere, its finish (or requeue) once every node has reported, and the start of what its PEs free.
+
+    ``nonce`` gives the random part of each run's kvsname (8 hex digits); ``registry`` is the Controller's.
+    """
 
     def __init__(
         self,
-        store: Store,
+        store: Storage,
         config: MMConfig,
-        mm_epoch: str,
+        registry: NodeRegistry,
+        nonce: Callable[[], str],
         *,
         policy: str = "batch",
-        fcs: FcsParameters | None = None,
+        fcs: FcsParameters,
     ) -> None:
         self.store = store
         self.config = config
-        self.mm_epoch = mm_epoch
-        self.policy = policy
-        self.fcs = fcs or FcsParameters()
+        self.registry = registry
+        self.nonce = nonce
         # Under gang and FCS the rows take turns with heartbeats; in batch and sb every placed job may run.
-        tslots_max = self.fcs.tslots_max if policy == "fcs" else None
+        tslots_max = fcs.tslots_max if policy == "fcs" else None
         self.cycle = GangCycle(config.slice, tslots_max) if policy in ("gang", "fcs") else None
-        self.heartbeat_port = 0  # set by the daemon once it has bound its PUB socket
         self.matrix = Matrix(config.mpl)
-        self.registry = NodeRegistry(config.node_timeout)
         self.pending: dict[int, Job] = {}
         self.active: dict[int, Job] = {}
         self.tracking: dict[int, Tracking] = {}
         self.reasons: dict[int, str] = {}
         # Requeued jobs waiting for the last run's reports to stop arriving (see mm/requeue.py).
         self.echoes = Echoes()
-        self.outbox: list[tuple[str, Message]] = []
-        self.ended: list[Job] = []
         self.reports = Reports(store)
         self.names = Names()
 
-    def schedule(self, now: float) -> None:
+    def job(self, job_id: int) -> Job | None:
+        """A job wherever it is: queued, placed, or (ended) in the store."""
+        return self.pending.get(job_id) or self.active.get(job_id) or self.store.get_job(job_id)
+
+    def suspended(self, job: Job, now: float) -> float:
+        """Seconds the job's ranks have been stopped by gang scheduling, up to now."""
+        if self.cycle is None or job.row is None:
+            return job.suspended_time
+        return self.cycle.suspended_time(job.id, job.row, now)
+
+    def recover(self, now: float) -> None:
+        """Rebuild the table from the store after a restart: queued jobs wait, placed jobs keep their PEs
+        until their nodes report (the Controller then writes off those on nodes that were DOWN)."""
+        for node in self.registry.all():
+            self.matrix.add_node(node.name, node.pes)  # DOWN ones too: they may come back
+        barriers = self.store.barriers()
+        node_exits = self.store.node_exits()  # nodes that had finished their part of a running job
+        wireups = self.store.wireups()
+        for job in self.store.jobs(active_only=True):
+            if job.state is JobState.PENDING:
+                self.pending[job.id] = job
+                continue
+            self.active[job.id] = job
+            launched = set(job.nodes) if job.state is JobState.RUNNING else set()
+            kvsname, hosts = wireups.get(job.id, ("", ()))
+            track = self.tracking[job.id] = Tracking(
+                kvsname=kvsname,
+                hosts=hosts,
+                launched=launched,
+                done=dict(node_exits.get(job.id, {})),
+                kill_time=now if job.ending else None,
+                last_barrier=barriers.get(job.id),
+            )
+            if job.state is JobState.STARTING and track.kvsname:  # none if placed by an older storm-mm
+                # A launch may have been lost with the old MM: the Controller sends it again to a node that
+                # registers without listing the job (nodes that do are taken as launched).
+                track.launches = self.launches(job, track)
+            self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
+            if self.cycle is not None:
+                self.cycle.add(job.id, now, job.suspended_time)
+
+    def schedule(self, now: float, out: list[Effect]) -> None:
         if not self.pending:
             self.reasons = {}
             return
@@ -194,16 +244,14 @@ class Runs:
         for job_id, nodes in held.items():
             self.reasons[job_id] = f"Requeued: last run's reports still due from {','.join(sorted(nodes))}"
         for start in plan.starts:
-            self._start(self.pending.pop(start.job_id), start.placement, now)
+            self._start(self.pending.pop(start.job_id), start.placement, now, out)
 
-    def _start(self, job: Job, placement: Placement, now: float) -> None:
+    def _start(self, job: Job, placement: Placement, now: float, out: list[Effect]) -> None:
         job = advance(job, JobState.STARTING, now, placement=placement.pes, row=placement.row, reason="")
         # Random per run: MPICH names a node's shared memory after it, so a requeued job's next run must not
         # meet segments its last one may still leave behind, nor a job of another store with the same id.
         # Stored with the placement (one commit) before any launch goes out: a restarted MM sends the same.
-        track = Tracking(
-            kvsname=f"storm_{job.id}_{secrets.token_hex(4)}", hosts=self.registry.hosts(job.nodes)
-        )
+        track = Tracking(kvsname=f"storm_{job.id}_{self.nonce()}", hosts=self.registry.hosts(job.nodes))
         with self.store.transaction():
             self.store.save_job(job)
             self.store.save_wireup(job.id, track.kvsname, track.hosts)
@@ -211,11 +259,11 @@ class Runs:
         self.tracking[job.id] = track
         if self.cycle is not None:
             self.cycle.add(job.id, now)
-        track.launches = self._launches(job, track)
-        self.outbox.extend(track.launches.items())
+        track.launches = self.launches(job, track)
+        out.extend(Send(node, launch) for node, launch in track.launches.items())
         log.info("job %d started on %s", job.id, ",".join(job.nodes))
 
-    def _launches(self, job: Job, track: Tracking) -> dict[str, LaunchJob]:
+    def launches(self, job: Job, track: Tracking) -> dict[str, LaunchJob]:
         """Each node's launch of a placed job, from what the store keeps: a restarted MM rebuilds them."""
         nodes = job.nodes
         counts = tuple(sum(1 for n, _ in job.placement if n == node) for node in nodes)
@@ -231,15 +279,24 @@ class Runs:
             )  # fmt: skip
         return launches
 
-    def _node_lost(self, job: Job, node: str, reason: str, now: float) -> None:
+    def node_lost(self, job: Job, node: str, reason: str, now: float, out: list[Effect]) -> None:
         """The node's ranks of the job are written off: nothing more is expected from it."""
         track = self.tracking[job.id]
         if node not in track.done:
             track.done[node] = ()
             track.written_off.add(node)
-        self._end(job, JobState.NODE_FAIL, None, reason, now)
+        self.end(job, JobState.NODE_FAIL, reason, now, out)
 
-    def _end(self, job: Job, state: JobState, exit_code: int | None, reason: str, now: float) -> None:
+    def end(
+        self,
+        job: Job,
+        state: JobState,
+        reason: str,
+        now: float,
+        out: list[Effect],
+        *,
+        exit_code: int | None = None,
+    ) -> None:
         """Stop a job everywhere. The first ending is the one that counts; it is stored before any kill."""
         track = self.tracking[job.id]
         if job.ending is None:
@@ -250,10 +307,10 @@ class Runs:
             log.info("job %d ending %s: %s", job.id, state.value, reason)
         for node in job.nodes:
             if node not in track.done:
-                self.outbox.append((node, KillJob(job_id=job.id, reason=job.reason)))
-        self._maybe_finish(job.id, now)
+                out.append(Send(node, KillJob(job_id=job.id, reason=job.reason)))
+        self.maybe_finish(job.id, now, out)
 
-    def _maybe_finish(self, job_id: int, now: float) -> None:
+    def maybe_finish(self, job_id: int, now: float, out: list[Effect]) -> None:
         job = self.active.get(job_id)
         if job is None:
             return
@@ -288,9 +345,10 @@ class Runs:
         if again:
             self._requeue(job, track)
         else:
-            self._finish(advance(job, state, now, exit_code=code, reason=reason, suspended_time=suspended))
-        self._compact()
-        self.schedule(now)  # its PEs are free: start what waited for them now, not at the next tick
+            ended = advance(job, state, now, exit_code=code, reason=reason, suspended_time=suspended)
+            self.finish(ended, out)
+        self._compact(out)
+        self.schedule(now, out)  # its PEs are free: start what waited for them now, not at the next tick
 
     def _requeue(self, job: Job, track: Tracking) -> None:
         """Back to the queue, stored before anything else: the next run starts from scratch, same id."""
@@ -302,14 +360,14 @@ class Runs:
         self.echoes.add(job.id, up.intersection(last_run))
         # An UP node that never confirmed its ranks gone may still run them under this id: it takes no job
         # (above all not this one) until its reports stop listing it. A DOWN node is sorted out when it
-        # registers again, listing the job (see _stop_if_over).
+        # registers again, listing the job (see the Controller's _stop_if_over).
         for name in track.written_off:
             node = self.registry.get(name)
             if node is not None and node.state == UP and node.confirmed:
                 node.stale.add(job.id)
         log.info("job %d %s", job.id, job.reason)
 
-    def _compact(self) -> None:
+    def _compact(self, out: list[Effect]) -> None:
         """Move jobs into lower rows freed by an ending job, and tell their nodes."""
         moved = self.matrix.compact()
         by_node: dict[str, dict[str, int]] = {}
@@ -321,8 +379,7 @@ class Runs:
             track.launches = {n: dataclasses.replace(launch, row=row) for n, launch in track.launches.items()}
             for node in job.nodes:
                 by_node.setdefault(node, {})[str(job_id)] = row
-        for node, rows in by_node.items():
-            self.outbox.append((node, JobRows(rows=rows)))
+        out.extend(Send(node, JobRows(rows=rows)) for node, rows in by_node.items())
         if moved:
             log.info(
                 "matrix compacted: %s", ", ".join(f"job {j} -> row {r}" for j, r in sorted(moved.items()))
@@ -344,7 +401,8 @@ class Runs:
         fields = ("spawns", "processes", "refused", "last_refusal")
         self.store.set_meta(key, json.dumps({name: getattr(view, name) for name in fields}))
 
-    def _finish(self, job: Job) -> None:
+    def finish(self, job: Job, out: list[Effect]) -> None:
+        """The job is in its terminal state: stored, then its waiting clients are answered."""
         self.store.save_job(job)
-        self.ended.append(job)
+        out.append(JobEnded(job.info()))
         log.info("job %d %s%s", job.id, job.state.value, f": {job.reason}" if job.reason else "")

@@ -13,13 +13,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgpack
 
 from storm.mm.jobs import Job, JobSpec, JobState
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
+from storm.mm.storage import NodeRecord, StoreError
 
 SCHEMA_VERSION = 4
 
@@ -113,20 +113,6 @@ _JOB_COLUMNS = (
 )
 
 
-class StoreError(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeRecord:
-    name: str
-    pes: int
-    state: str
-    reason: str
-    address: str
-    last_seen: float
-
-
 def _pack_spec(spec: JobSpec) -> bytes:
     packed: bytes = msgpack.packb(
         {
@@ -177,6 +163,8 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
 
 
 class Store:
+    """The MM's store in SQLite (implements mm/storage.py's Storage)."""
+
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise StoreError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
@@ -185,6 +173,7 @@ class Store:
         # Autocommit mode: transactions are explicit (see `transaction`), so a commit is never implicit.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._depth = 0
+        self._begun = False  # BEGIN issued for the current transaction
         try:
             self._open(synchronous.upper())
         except BaseException:
@@ -210,7 +199,7 @@ class Store:
     def _migrate(self, version: int) -> None:
         """Bring an older store up to this version, all steps in one transaction (all or nothing)."""
         try:
-            with self.transaction():
+            with self._writing():
                 for step in range(version, SCHEMA_VERSION):
                     for statement in _MIGRATIONS[step]:
                         self._db.execute(statement)
@@ -224,23 +213,34 @@ class Store:
     def transaction(self) -> Iterator[None]:
         """Group several writes into one durable commit (nested uses join the outer one).
 
-        An exception that leaves the outermost block rolls everything back; one caught inside an inner
-        block does not undo that block's writes (there are no savepoints).
+        The database transaction begins with the first write, so a block that writes nothing (most clock
+        ticks and status reports) costs no lock and no commit. An exception that leaves the outermost block
+        rolls everything back; one caught inside an inner block does not undo that block's writes (there
+        are no savepoints).
         """
         depth = self._depth
-        if depth == 0:
-            self._db.execute("BEGIN IMMEDIATE")
         self._depth = depth + 1
         try:
             yield
         except BaseException:
             self._depth = depth
-            if depth == 0:
+            if depth == 0 and self._begun:
+                self._begun = False
                 self._db.execute("ROLLBACK")
             raise
         self._depth = depth
-        if depth == 0:
+        if depth == 0 and self._begun:
+            self._begun = False
             self._db.execute("COMMIT")
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write: inside the current transaction, which it begins if it is the first."""
+        with self.transaction():
+            if not self._begun:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._begun = True
+            yield
 
     def close(self) -> None:
         self._db.close()
@@ -252,7 +252,7 @@ class Store:
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        with self.transaction():
+        with self._writing():
             self._db.execute(
                 "INSERT INTO meta (key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -262,7 +262,7 @@ class Store:
     # -- jobs
 
     def add_job(self, spec: JobSpec, now: float) -> Job:
-        with self.transaction():
+        with self._writing():
             cur = self._db.execute(
                 "INSERT INTO jobs (state, spec, submit_time, placement) VALUES (?, ?, ?, ?)",
                 (JobState.PENDING.value, _pack_spec(spec), now, msgpack.packb([])),
@@ -272,7 +272,7 @@ class Store:
         return Job(id=job_id, spec=spec, state=JobState.PENDING, submit_time=now)
 
     def save_job(self, job: Job) -> None:
-        with self.transaction():
+        with self._writing():
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, start_time = ?, end_time = ?, exit_code = ?, reason = ?, "
                 "placement = ?, row = ?, ending = ?, suspended_time = ?, requeues = ? WHERE id = ?",
@@ -296,7 +296,7 @@ class Store:
     def save_wireup(self, job_id: int, kvsname: str, hosts: tuple[int, ...] = ()) -> None:
         """The PMI name of the job's run that is starting and the host of each of its nodes, as its launches
         give them (join the transaction that places the job)."""
-        with self.transaction():
+        with self._writing():
             cur = self._db.execute(
                 "UPDATE jobs SET kvsname = ?, hosts = ? WHERE id = ?",
                 (kvsname, ",".join(map(str, hosts)), job_id),
@@ -331,7 +331,7 @@ class Store:
     # -- PMI barriers
 
     def save_barrier(self, job_id: int, seq: int, kvs: dict[str, str]) -> None:
-        with self.transaction():
+        with self._writing():
             self._db.execute(
                 "INSERT INTO barriers (job_id, seq, kvs) VALUES (?, ?, ?) "
                 "ON CONFLICT(job_id) DO UPDATE SET seq = excluded.seq, kvs = excluded.kvs",
@@ -343,14 +343,14 @@ class Store:
         return {int(job_id): (int(seq), msgpack.unpackb(kvs)) for job_id, seq, kvs in rows}
 
     def forget_barrier(self, job_id: int) -> None:
-        with self.transaction():
+        with self._writing():
             self._db.execute("DELETE FROM barriers WHERE job_id = ?", (job_id,))
 
     # -- nodes' final reports on jobs still running elsewhere
 
     def save_node_exits(self, job_id: int, node: str, exits: Iterable[RankExit]) -> None:
         packed = msgpack.packb([[e.rank, e.exit_code, e.signal, e.error] for e in exits])
-        with self.transaction():
+        with self._writing():
             self._db.execute(
                 "INSERT OR REPLACE INTO node_exits (job_id, node, exits) VALUES (?, ?, ?)",
                 (job_id, node, packed),
@@ -367,13 +367,13 @@ class Store:
         return found
 
     def forget_node_exits(self, job_id: int) -> None:
-        with self.transaction():
+        with self._writing():
             self._db.execute("DELETE FROM node_exits WHERE job_id = ?", (job_id,))
 
     # -- FCS class changes
 
     def add_class_changes(self, changes: Iterable[ClassChange]) -> None:
-        with self.transaction():
+        with self._writing():
             self._db.executemany(
                 "INSERT INTO class_changes (job_id, rank, node, time, old, new, tslots)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -395,7 +395,7 @@ class Store:
         return result
 
     def add_profile(self, job_id: int, entries: Iterable[ProfileEntry]) -> None:
-        with self.transaction():
+        with self._writing():
             self._db.executemany(
                 "INSERT INTO profiles (job_id, rank, node, klass, wall, compute, poll, blocked, stopped,"
                 " queued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -430,7 +430,7 @@ class Store:
     # -- nodes
 
     def save_node(self, node: NodeRecord) -> None:
-        with self.transaction():
+        with self._writing():
             self._db.execute(
                 "INSERT INTO nodes (name, pes, state, reason, address, last_seen) VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET pes = excluded.pes, state = excluded.state, "

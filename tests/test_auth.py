@@ -31,7 +31,6 @@ from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm.auth import CLIENTS, NODES, AllowedKeys, Gatekeeper, judge
 from storm.mm.config import ConfigError, MMConfig, load
-from storm.mm.core import Controller
 from storm.mm.jobs import JobState
 from storm.mm.keys import (
     KeyFileError,
@@ -50,7 +49,7 @@ from storm.tools.client import Client, ClientError
 from storm.tools.local_cluster import LocalCluster
 from tests.conftest import JOB_TIMEOUT, poll
 from tests.test_cluster_input import standalone_nm
-from tests.test_core import T0, reg, state, submit
+from tests.test_core import T0, Core, reg, state, submit
 
 # ---------------------------------------------------------------------------------------------- key files
 
@@ -270,7 +269,7 @@ def test_owners_root_and_operators_may_manage_a_job() -> None:
 
 
 def test_the_mm_lets_operators_cancel_any_job_and_users_only_theirs(store: Store) -> None:
-    ctl = Controller(store, MMConfig(operators=["carol", "1003"]), T0, "mm-1")
+    ctl = Core(store, MMConfig(operators=["carol", "1003"]), T0, "mm-1")
     reg(ctl, "n1", pes=4)
     jobs = [submit(ctl, 1) for _ in range(3)]  # alice's (uid 1000)
     assert ctl.cancel((jobs[0],), 1001, "bob", T0 + 1) == {

@@ -1,14 +1,23 @@
-"""The MM's decisions (mm/core.py), driven directly: a real store on disk, time passed in, no sockets."""
+"""The MM's decisions (mm/core.py), driven directly: time passed in, no sockets, and each scenario on both
+stores, SQLite on disk and memory (mm/memory_store.py), which must decide alike."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from storm.mm import protocol as p
 from storm.mm.config import MMConfig
-from storm.mm.core import Controller, Rejected
+from storm.mm.core import Controller, FromNode, Rejected
+from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec, JobState
+from storm.mm.memory_store import MemoryStore
 from storm.mm.protocol import KillJob, LaunchJob, RankExit
+from storm.mm.rights import Account
+from storm.mm.runs import seeded_nonces
+from storm.mm.storage import Storage
 from storm.mm.store import Store
 
 T0 = 1000.0
@@ -16,8 +25,113 @@ S = JobState
 Out = list[tuple[str, p.Message]]
 
 
-def make(store: Store, now: float = T0, epoch: str = "mm-1", **config: float) -> Controller:
-    return Controller(store, MMConfig(node_timeout=10.0, **config), now, epoch)  # type: ignore[arg-type]
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    """Each scenario in this file runs on a real SQLite store and on the in-memory one."""
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    s = Store(tmp_path / "storm.db")
+    yield s
+    s.close()
+
+
+class Core(Controller):
+    """The controller driven as storm-mm drives it: every message through ``handle``, as the client or the
+    node manager it names, and every effect recorded for the test to read: messages for nodes in
+    ``outbox`` (``take`` empties it), ended jobs in ``ended``, clients told to wait in ``waits``."""
+
+    def __init__(self, store: Storage, config: MMConfig, now: float, epoch: str, **kw: object) -> None:
+        super().__init__(store, config, epoch, nonce=seeded_nonces(epoch), **kw)  # type: ignore[arg-type]
+        self.outbox: Out = []
+        self.ended: list[p.JobInfo] = []
+        self.waits: list[Wait] = []
+        self.record(self.recover(now))
+
+    def record(self, effects: list[Effect]) -> p.Message | None:
+        """Keep the effects; the reply, if there is one."""
+        reply = None
+        for effect in effects:
+            match effect:
+                case Send():
+                    self.outbox.append((effect.node, effect.message))
+                case Reply():
+                    reply = effect.message
+                case JobEnded():
+                    self.ended.append(effect.info)
+                case Wait():
+                    self.waits.append(effect)
+                case Publish():
+                    pass
+        return reply
+
+    def tick(self, now: float) -> list[Effect]:
+        effects = super().tick(now)
+        self.record(effects)
+        return effects
+
+    def ask(self, msg: p.Message, now: float, uid: int = 1000, user: str = "alice") -> p.Message | None:
+        """A client's request (uid, group 100, user); the reply."""
+        return self.record(self.handle(msg, now, Account(uid, 100, user)))
+
+    def report(self, msg: p.Message, now: float) -> p.Message | None:
+        """A node manager's message, from the node it names; the reply."""
+        return self.record(self.handle(msg, now, FromNode(getattr(msg, "node", ""))))
+
+    def submit(self, spec: JobSpec, now: float) -> Job:
+        """Submit what ``spec`` says as its user; Rejected as the client would hear it."""
+        msg = p.SubmitJob(
+            ranks=spec.ranks, argv=spec.argv, cwd=spec.cwd, env=spec.env, name=spec.name,
+            time_limit=spec.time_limit, output=spec.output, error=spec.error, requeue=spec.requeue,
+            hook=spec.hook,
+        )  # fmt: skip
+        reply = self.record(self.handle(msg, now, Account(spec.uid, spec.gid, spec.user)))
+        if isinstance(reply, p.Error):
+            raise Rejected(reply.code, reply.text)
+        assert isinstance(reply, p.JobSubmitted)
+        job = self.runs.job(reply.job_id)
+        assert job is not None
+        return job
+
+    def cancel(self, job_ids: tuple[int, ...], uid: int, user: str, now: float) -> dict[str, str]:
+        reply = self.ask(p.CancelJobs(job_ids=job_ids), now, uid, user)
+        assert isinstance(reply, p.CancelResult)
+        return reply.results
+
+    def beat(self, now: float) -> p.Heartbeat | None:
+        effects = self.heartbeat(now)
+        return effects[0].heartbeat if effects and isinstance(effects[0], Publish) else None
+
+    def node_infos(self) -> list[p.NodeInfo]:
+        reply = self.ask(p.ListNodes(), T0)
+        assert isinstance(reply, p.NodeList)
+        return list(reply.nodes)
+
+    def matrix_view(self) -> p.MatrixView:
+        reply = self.ask(p.GetMatrix(), T0)
+        assert isinstance(reply, p.MatrixView)
+        return reply
+
+    # Node reports by kind, as the tests name them: each goes through handle like any other.
+
+    def register(self, msg: p.RegisterNode, now: float) -> p.NodeRegistered:
+        reply = self.report(msg, now)
+        assert isinstance(reply, p.NodeRegistered), reply
+        return reply
+
+    def node_status(self, msg: p.NodeStatus, now: float) -> p.Message | None:
+        return self.report(msg, now)
+
+    def job_node_done(self, msg: p.JobNodeDone, now: float) -> p.Message | None:
+        """None when the report is taken (its ack), else the error."""
+        reply = self.report(msg, now)
+        return None if isinstance(reply, p.Ack) else reply
+
+    job_launched = rank_failed = pmi_barrier_in = job_stats = job_spawned = spawn_failed = pmi_name = report
+
+
+def make(store: Storage, now: float = T0, epoch: str = "mm-1", **config: float) -> Core:
+    return Core(store, MMConfig(node_timeout=10.0, **config), now, epoch)  # type: ignore[arg-type]
 
 
 def spec(ranks: int, uid: int = 1000, user: str = "alice", time_limit: float | None = None) -> JobSpec:
@@ -28,7 +142,7 @@ def spec(ranks: int, uid: int = 1000, user: str = "alice", time_limit: float | N
 
 
 def reg(
-    ctl: Controller,
+    ctl: Core,
     node: str,
     pes: int = 1,
     now: float = T0,
@@ -43,21 +157,21 @@ def reg(
 
 
 def status(
-    ctl: Controller, node: str, now: float, jobs: tuple[int, ...] = (), nm: str = "e1"
+    ctl: Core, node: str, now: float, jobs: tuple[int, ...] = (), nm: str = "e1"
 ) -> p.Reregister | None:
     msg = p.NodeStatus(node=node, nm_epoch=f"{node}-{nm}", mm_epoch=ctl.mm_epoch, jobs=jobs)
     return ctl.node_status(msg, now)
 
 
-def alive(ctl: Controller, now: float) -> None:
+def alive(ctl: Core, now: float) -> None:
     """Every UP node reports, listing its active jobs."""
     for node in ctl.registry.all():
         if node.state == "UP" and node.confirmed:
-            jobs = tuple(j.id for j in ctl.active.values() if node.name in j.nodes)
+            jobs = tuple(j.id for j in ctl.runs.active.values() if node.name in j.nodes)
             assert status(ctl, node.name, now, jobs=jobs) is None
 
 
-def take(ctl: Controller) -> Out:
+def take(ctl: Core) -> Out:
     out, ctl.outbox = ctl.outbox, []
     return out
 
@@ -72,18 +186,18 @@ def kills(out: Out) -> set[tuple[str, int]]:
     return {(n, m.job_id) for n, m in out if isinstance(m, KillJob)}
 
 
-def submit(ctl: Controller, ranks: int, now: float = T0, **kw: object) -> int:
+def submit(ctl: Core, ranks: int, now: float = T0, **kw: object) -> int:
     return ctl.submit(spec(ranks, **kw), now).id  # type: ignore[arg-type]
 
 
-def done(ctl: Controller, job_id: int, node: str, now: float, *exits: RankExit) -> None:
+def done(ctl: Core, job_id: int, node: str, now: float, *exits: RankExit) -> None:
     if not exits:
-        job = ctl.active[job_id]
+        job = ctl.runs.active[job_id]
         exits = tuple(RankExit(rank=r, exit_code=0) for r, (n, _) in enumerate(job.placement) if n == node)
     ctl.job_node_done(p.JobNodeDone(job_id=job_id, node=node, exits=exits), now)
 
 
-def launched(ctl: Controller, job_id: int, *nodes: str, now: float = T0 + 1) -> None:
+def launched(ctl: Core, job_id: int, *nodes: str, now: float = T0 + 1) -> None:
     for node in nodes:
         ctl.job_launched(p.JobLaunched(job_id=job_id, node=node, pids={"0": 1}), now)
 
@@ -94,20 +208,20 @@ def stored(store: Store, job_id: int) -> Job:
     return job
 
 
-def state(ctl: Controller, job_id: int) -> JobState:
+def state(ctl: Core, job_id: int) -> JobState:
     return stored(ctl.store, job_id).state
 
 
-def two_nodes(store: Store, **config: float) -> Controller:
+def two_nodes(store: Store, **config: float) -> Core:
     ctl = make(store, **config)
     reg(ctl, "n1")
     reg(ctl, "n2")
     return ctl
 
 
-def running(ctl: Controller, ranks: int = 2, **kw: object) -> int:
+def running(ctl: Core, ranks: int = 2, **kw: object) -> int:
     job_id = submit(ctl, ranks, **kw)
-    launched(ctl, job_id, *ctl.active[job_id].nodes)
+    launched(ctl, job_id, *ctl.runs.active[job_id].nodes)
     take(ctl)
     assert state(ctl, job_id) is S.RUNNING
     return job_id
@@ -190,8 +304,8 @@ def test_completion_frees_the_pes_for_the_queue(store: Store) -> None:
     finished = stored(store, first)
     assert (finished.state, finished.exit_code, finished.end_time) == (S.COMPLETED, 0, T0 + 10)
     assert finished.reason == ""
-    assert ctl.ended == [finished]
-    assert ctl.matrix.placement_of(first) is None
+    assert ctl.ended == [finished.info()]
+    assert ctl.runs.matrix.placement_of(first) is None
     assert state(ctl, second) is S.STARTING  # at once, not at the next tick
     assert set(launches(take(ctl))) == {"n1", "n2"}
 
@@ -242,7 +356,7 @@ def test_cancel_pending(store: Store) -> None:
     assert ctl.cancel((queued,), 1000, "alice", T0 + 5) == {str(queued): "cancelled"}
     job = stored(store, queued)
     assert (job.state, job.end_time, job.reason) == (S.CANCELLED, T0 + 5, "cancelled by alice")
-    assert ctl.ended == [job] and ctl.outbox == [] and queued not in ctl.pending
+    assert ctl.ended == [job.info()] and ctl.outbox == [] and queued not in ctl.runs.pending
 
 
 def test_cancel_running_waits_for_every_node(store: Store) -> None:
@@ -325,7 +439,7 @@ def test_default_time_limit(store: Store) -> None:
     assert stored(store, submit(ctl, 1)).spec.time_limit == 30.0
 
 
-def expire_n1(ctl: Controller, job_id: int) -> None:
+def expire_n1(ctl: Core, job_id: int) -> None:
     """n2 keeps reporting, n1 falls silent; n1 is DOWN after the tick."""
     status(ctl, "n2", T0 + 8, jobs=(job_id,))
     ctl.tick(T0 + 10)
@@ -398,7 +512,7 @@ def test_register_reports_stale_jobs(store: Store) -> None:
     ctl = two_nodes(store)
     live = running(ctl, ranks=1)
     finished = running(ctl, ranks=1)
-    node_of = {j: ctl.active[j].nodes[0] for j in (live, finished)}
+    node_of = {j: ctl.runs.active[j].nodes[0] for j in (live, finished)}
     done(ctl, finished, node_of[finished], T0 + 2)
     reply = reg(ctl, node_of[live], now=T0 + 3, jobs=(555, finished, live))
     assert reply.stale_jobs == (finished, 555)
@@ -458,16 +572,16 @@ def before_restart(store: Store) -> tuple[int, int]:
     ctl = two_nodes(store)
     a = running(ctl, ranks=1, time_limit=60.0)
     b = submit(ctl, 2)
-    assert ctl.active[a].placement == (("n1", 0),) and state(ctl, b) is S.PENDING
+    assert ctl.runs.active[a].placement == (("n1", 0),) and state(ctl, b) is S.PENDING
     return a, b
 
 
 def test_restart_keeps_queued_and_running_jobs(store: Store) -> None:
     a, b = before_restart(store)
     ctl = make(store, now=T0 + 20, epoch="mm-2")
-    assert list(ctl.pending) == [b] and list(ctl.active) == [a]
-    assert ctl.active[a].state is S.RUNNING
-    assert ctl.matrix.placement_of(a) is not None and ctl.matrix.placement_of(a).pes == (("n1", 0),)  # type: ignore[union-attr]
+    assert list(ctl.runs.pending) == [b] and list(ctl.runs.active) == [a]
+    assert ctl.runs.active[a].state is S.RUNNING
+    assert ctl.runs.matrix.placement_of(a) is not None and ctl.runs.matrix.placement_of(a).pes == (("n1", 0),)  # type: ignore[union-attr]
     infos = {n.name: n for n in ctl.node_infos()}
     assert infos["n1"].reason == "not registered since storm-mm started" and infos["n1"].jobs == (a,)
     assert isinstance(status(ctl, "n1", T0 + 21, jobs=(a,)), p.Reregister)  # its old MM epoch is gone
@@ -475,7 +589,7 @@ def test_restart_keeps_queued_and_running_jobs(store: Store) -> None:
     reply = reg(ctl, "n1", now=T0 + 21, jobs=(a,))
     assert reply.stale_jobs == () and reply.mm_epoch == "mm-2"
     c = submit(ctl, 1, now=T0 + 22, time_limit=10.0)  # ends before A's limit: may backfill
-    assert ctl.active[c].placement == (("n2", 0),)  # n1's PE is still A's
+    assert ctl.runs.active[c].placement == (("n2", 0),)  # n1's PE is still A's
     assert state(ctl, b) is S.PENDING
     assert {i.id: i.reason for i in ctl.job_infos()}[b] == "Resources"
     done(ctl, a, "n1", T0 + 30)
@@ -552,7 +666,7 @@ def test_easy_backfilling(store: Store) -> None:
     wide = submit(ctl, 2, now=T0 + 1)
     short = submit(ctl, 1, now=T0 + 2, time_limit=10.0)
     assert state(ctl, short) is S.STARTING and state(ctl, wide) is S.PENDING
-    assert ctl.active[short].nodes == ("n2",) and ctl.active[long].nodes == ("n1",)
+    assert ctl.runs.active[short].nodes == ("n2",) and ctl.runs.active[long].nodes == ("n1",)
     assert {i.id: i.reason for i in ctl.job_infos()} == {long: "", wide: "Resources", short: ""}
 
 
@@ -602,6 +716,6 @@ def test_restart_after_a_node_shrank_under_a_running_job(store: Store) -> None:
     reg(ctl, "n1", pes=4)
     job_id = running(ctl, ranks=4)
     reg(ctl, "n1", pes=2, now=T0 + 1, jobs=(job_id,))  # refused while the job holds n1:2 and n1:3
-    assert ctl.matrix.nodes() == {"n1": 4}
+    assert ctl.runs.matrix.nodes() == {"n1": 4}
     restarted = make(store, now=T0 + 2, epoch="mm-2")  # must not raise
-    assert list(restarted.active) == [job_id]
+    assert list(restarted.runs.active) == [job_id]

@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from storm.mm.core import Controller
 from storm.mm.jobs import TransitionError, requeue
 from storm.mm.protocol import JobLaunched, JobNodeDone, PmiBarrierIn, PmiBarrierOut, RankExit, RankFailed
 from storm.mm.store import Store
 from tests.test_core import (
     T0,
+    Core,
     S,
     done,
     expire_n1,
@@ -71,7 +71,7 @@ def test_a_barrier_answer_survives_an_mm_restart(store: Store) -> None:
         ctl.pmi_barrier_in(PmiBarrierIn(job_id=job_id, node=node, seq=0, kvs={f"addr-{node}": node}), T0 + 1)
     answers = [(n, m) for n, m in take(ctl) if isinstance(m, PmiBarrierOut)]
     assert len(answers) == 2  # the MM dies now: say n2's answer was lost on the way
-    ctl = Controller(store, ctl.config, T0 + 2, "mm-2")
+    ctl = Core(store, ctl.config, T0 + 2, "mm-2")
     reg(ctl, "n1", now=T0 + 3, jobs=(job_id,))
     reg(ctl, "n2", now=T0 + 3, jobs=(job_id,))
     take(ctl)
@@ -89,13 +89,13 @@ def test_a_barrier_answer_survives_an_mm_restart(store: Store) -> None:
 # ---------------------------------------------------------------------------------------------- requeue
 
 
-def submit_requeue(ctl: Controller, ranks: int = 2, now: float = T0) -> int:
+def submit_requeue(ctl: Core, ranks: int = 2, now: float = T0) -> int:
     return ctl.submit(dataclasses.replace(spec(ranks), requeue=True), now).id
 
 
-def run_requeue(ctl: Controller, ranks: int = 2, now: float = T0) -> int:
+def run_requeue(ctl: Core, ranks: int = 2, now: float = T0) -> int:
     job_id = submit_requeue(ctl, ranks, now)
-    for node in ctl.active[job_id].nodes:
+    for node in ctl.runs.active[job_id].nodes:
         ctl.job_launched(JobLaunched(job_id=job_id, node=node, pids={"0": 1}), now + 1)
     take(ctl)
     assert state(ctl, job_id) is S.RUNNING
@@ -177,7 +177,7 @@ def test_the_old_run_on_a_returning_node_cannot_touch_the_new_run(store: Store) 
     for node in ("n1", "n2", "n3"):
         reg(ctl, node)
     job_id = run_requeue(ctl)
-    assert ctl.active[job_id].nodes == ("n1", "n2")
+    assert ctl.runs.active[job_id].nodes == ("n1", "n2")
     for node in ("n2", "n3"):
         status(ctl, node, T0 + 8, jobs=(job_id,) if node == "n2" else ())
     ctl.tick(T0 + 11)  # n1 DOWN
@@ -225,7 +225,7 @@ def test_an_up_node_that_never_confirmed_the_old_run_takes_no_work_until_it_has(
     assert ("n2", job_id) in kills(take(ctl))
     status(ctl, "n2", T0 + 44, jobs=())  # gone now
     assert ctl.registry.usable() == {"n2", "n3"}
-    assert set(ctl.active[job_id].nodes) == {"n2", "n3"}
+    assert set(ctl.runs.active[job_id].nodes) == {"n2", "n3"}
 
 
 def test_a_requeue_in_progress_survives_an_mm_restart(store: Store) -> None:
@@ -233,14 +233,14 @@ def test_a_requeue_in_progress_survives_an_mm_restart(store: Store) -> None:
     job_id = run_requeue(ctl)
     expire_n1(ctl, job_id)
     assert stored(store, job_id).ending is S.NODE_FAIL  # stored before any kill went out
-    ctl = Controller(store, ctl.config, T0 + 12, "mm-2")  # the MM dies before n2 confirms
+    ctl = Core(store, ctl.config, T0 + 12, "mm-2")  # the MM dies before n2 confirms
     reg(ctl, "n2", now=T0 + 12, jobs=(job_id,))
     take(ctl)
     done(ctl, job_id, "n2", T0 + 13, RankExit(rank=1, signal=15))
     assert (state(ctl, job_id), stored(store, job_id).requeues) == (S.PENDING, 1)
     # ... and a requeued job is still queued, and still marked, after another restart.
-    ctl = Controller(store, ctl.config, T0 + 14, "mm-3")
-    assert list(ctl.pending) == [job_id] and ctl.pending[job_id].spec.requeue
+    ctl = Core(store, ctl.config, T0 + 14, "mm-3")
+    assert list(ctl.runs.pending) == [job_id] and ctl.runs.pending[job_id].spec.requeue
     reg(ctl, "n1", now=T0 + 15)
     reg(ctl, "n2", now=T0 + 15)
     assert set(launches(take(ctl))) == {"n1", "n2"}
@@ -251,8 +251,8 @@ def test_only_a_requeue_job_ending_node_fail_goes_back(store: Store) -> None:
     ctl = two_nodes(store)
     plain = running(ctl)
     with pytest.raises(TransitionError):
-        requeue(dataclasses.replace(ctl.active[plain], ending=S.NODE_FAIL), "x")  # not submitted with it
-    job = dataclasses.replace(ctl.active[plain], spec=dataclasses.replace(spec(2), requeue=True))
+        requeue(dataclasses.replace(ctl.runs.active[plain], ending=S.NODE_FAIL), "x")  # not submitted with it
+    job = dataclasses.replace(ctl.runs.active[plain], spec=dataclasses.replace(spec(2), requeue=True))
     with pytest.raises(TransitionError):
         requeue(job, "x")  # not heading for NODE_FAIL (a cancel, a time limit, a failed rank end it for good)
     with pytest.raises(TransitionError):
@@ -307,7 +307,7 @@ def test_copies_of_the_last_runs_reports_cannot_end_the_next_run(store: Store) -
         status(other, "n3", T0 + 8)
         other.tick(T0 + 11)
         done(other, held, "n2", T0 + 12, RankExit(rank=1, signal=15))
-        assert held in other.echoes.held(other.pending)
+        assert held in other.runs.echoes.held(other.runs.pending)
         if way == "down":
             status(other, "n3", T0 + 20)
             other.tick(T0 + 22.5)  # n2 silent since T0 + 12: DOWN
@@ -315,5 +315,5 @@ def test_copies_of_the_last_runs_reports_cannot_end_the_next_run(store: Store) -
             reg(other, "n2", now=T0 + 13, nm="e2")
         else:
             other.cancel((held,), 1000, "alice", T0 + 13)
-        assert other.echoes.held(other.pending) == {}, way
+        assert other.runs.echoes.held(other.runs.pending) == {}, way
         other.store.close()

@@ -14,14 +14,13 @@ import logging
 import pytest
 
 from storm.mm import protocol as p
-from storm.mm.core import Controller
 from storm.mm.protocol import JobLaunched, JobNodeDone, JobStats, PmiBarrierIn, RankExit, RankFailed
 from storm.mm.store import Store
-from tests.test_core import T0, S, kills, make, reg, running, status, stored, submit, take
+from tests.test_core import T0, Core, S, kills, make, reg, running, status, stored, submit, take
 from tests.test_core_nodes import run_requeue
 
 
-def three_nodes(store: Store) -> Controller:
+def three_nodes(store: Store) -> Core:
     ctl = make(store)
     for node in ("n1", "n2", "n3"):
         reg(ctl, node)
@@ -40,7 +39,7 @@ def reports(job_id: int, node: str, seq: int = 0) -> list[p.Message]:
     ]
 
 
-def report(ctl: Controller, msg: p.Message, now: float) -> p.Error | None:
+def report(ctl: Core, msg: p.Message, now: float) -> p.Error | None:
     match msg:
         case JobLaunched():
             return ctl.job_launched(msg, now)
@@ -55,13 +54,13 @@ def report(ctl: Controller, msg: p.Message, now: float) -> p.Error | None:
     raise AssertionError(f"{msg.op} is not a job report")
 
 
-def snapshot(ctl: Controller, job_id: int) -> object:
+def snapshot(ctl: Core, job_id: int) -> object:
     """Everything a report could change about a job and the nodes."""
-    track = ctl.tracking.get(job_id)
+    track = ctl.runs.tracking.get(job_id)
     nodes = [(n.name, n.state, set(n.stale)) for n in ctl.registry.all()]
     return (
         stored(ctl.store, job_id),
-        ctl.active.get(job_id),
+        ctl.runs.active.get(job_id),
         track and repr(track),
         nodes,
         ctl.store.barriers(),
@@ -127,7 +126,7 @@ def test_a_barrier_more_than_one_ahead_of_the_jobs_is_refused(store: Store) -> N
     assert refused == p.Error(
         code="bad_request", text=f"PMI barrier 2 of job {job_id}, but the job is at barrier 0"
     )
-    assert snapshot(ctl, job_id) == before and take(ctl) == [] and ctl.tracking[job_id].barriers == {}
+    assert snapshot(ctl, job_id) == before and take(ctl) == [] and ctl.runs.tracking[job_id].barriers == {}
     # Barriers 0 and 1 pass; barrier 2 is then the current one and 3 one ahead: both taken, 4 refused.
     for seq in (0, 1):
         for node in ("n1", "n2"):
@@ -137,7 +136,7 @@ def test_a_barrier_more_than_one_ahead_of_the_jobs_is_refused(store: Store) -> N
         assert ctl.pmi_barrier_in(PmiBarrierIn(job_id=job_id, node="n1", seq=seq, kvs={}), T0 + 3) is None
     refused = ctl.pmi_barrier_in(PmiBarrierIn(job_id=job_id, node="n2", seq=4, kvs={"x": "y"}), T0 + 3)
     assert isinstance(refused, p.Error) and "barrier 4" in refused.text
-    assert set(ctl.tracking[job_id].barriers) == {2, 3} and take(ctl) == []
+    assert set(ctl.runs.tracking[job_id].barriers) == {2, 3} and take(ctl) == []
     # A repeat of the barrier just passed is still answered again (a node whose answer was lost).
     assert ctl.pmi_barrier_in(PmiBarrierIn(job_id=job_id, node="n2", seq=1, kvs={}), T0 + 4) is None
     assert take(ctl) == [("n2", p.PmiBarrierOut(job_id=job_id, seq=1, kvs={}))]
@@ -176,7 +175,7 @@ def in_call(rank: int, node: str, call: str, seconds: float, job_id: int = 1) ->
     )  # fmt: skip
 
 
-def warning(ctl: Controller, job_id: int, now: float) -> tuple[str, str]:
+def warning(ctl: Core, job_id: int, now: float) -> tuple[str, str]:
     """What storm show and storm stats say of the job."""
     (info,) = ctl.job_infos((job_id,), now=now)
     return info.warning, ctl.stats_view(job_id, now).warning

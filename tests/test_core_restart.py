@@ -15,11 +15,11 @@ from contextlib import closing
 
 import pytest
 
-from storm.mm.core import Controller
 from storm.mm.protocol import RankExit
 from storm.mm.store import Store
 from tests.test_core import (
     T0,
+    Core,
     S,
     done,
     expire_n1,
@@ -37,7 +37,7 @@ from tests.test_core import (
 )
 from tests.test_core_gang import gang, start
 
-Restart = Callable[[Controller, float], Controller]
+Restart = Callable[[Core, float], Core]
 
 
 def test_a_restarted_nm_listing_its_jobs_keeps_them_running(store: Store) -> None:
@@ -56,7 +56,7 @@ def test_a_restarted_nm_is_told_to_stop_what_the_mm_ended_meanwhile(store: Store
     reg(ctl, "n1", pes=2)
     reg(ctl, "n2", pes=2)
     lost, cancelled = running(ctl, ranks=1), running(ctl, ranks=1)
-    assert ctl.active[lost].nodes == ctl.active[cancelled].nodes == ("n1",)
+    assert ctl.runs.active[lost].nodes == ctl.runs.active[cancelled].nodes == ("n1",)
     # n1's NM is down: kills go nowhere. The MM gives up on one job after kill_timeout...
     ctl.cancel((lost,), 0, "root", T0 + 2)
     later = T0 + 3 + ctl.config.kill_timeout
@@ -83,7 +83,7 @@ def test_a_launch_lost_while_the_nm_restarted_is_sent_again(store: Store) -> Non
     assert state(ctl, job_id) is S.RUNNING
     # Once it runs, a node that no longer knows the job has lost it.
     reg(ctl, "n1", now=T0 + 4, jobs=(), nm="e3")
-    assert state(ctl, job_id) is S.NODE_FAIL or ctl.active[job_id].ending is S.NODE_FAIL
+    assert state(ctl, job_id) is S.NODE_FAIL or ctl.runs.active[job_id].ending is S.NODE_FAIL
 
 
 def test_a_starting_job_a_restarted_nm_lists_is_launched(store: Store) -> None:
@@ -100,7 +100,7 @@ def test_a_node_that_finished_its_part_before_the_mm_restarted_is_not_lost(store
     job_id = running(ctl)
     done(ctl, job_id, "n1", T0 + 2)  # acknowledged: n1's NM forgets the job
     assert state(ctl, job_id) is S.RUNNING
-    ctl = Controller(store, ctl.config, T0 + 3, "mm-2")  # the MM restarts
+    ctl = Core(store, ctl.config, T0 + 3, "mm-2")  # the MM restarts
     reg(ctl, "n1", now=T0 + 4, jobs=())
     reg(ctl, "n2", now=T0 + 4, jobs=(job_id,))
     assert state(ctl, job_id) is S.RUNNING and take(ctl) == []
@@ -113,7 +113,7 @@ def test_a_node_that_finished_its_part_before_the_mm_restarted_is_not_lost(store
 def test_node_exits_are_stored_only_for_jobs_on_several_nodes(store: Store) -> None:
     ctl = two_nodes(store)
     job_id = running(ctl, ranks=1)
-    done(ctl, job_id, ctl.active[job_id].nodes[0], T0 + 2)
+    done(ctl, job_id, ctl.runs.active[job_id].nodes[0], T0 + 2)
     assert state(ctl, job_id) is S.COMPLETED and store.node_exits() == {}
     wide = running(ctl)
     done(ctl, wide, "n2", T0 + 3, RankExit(rank=1, signal=9))
@@ -128,11 +128,11 @@ def restart() -> Iterator[Restart]:
     """storm-mm SIGKILLed and started again: the new one opens the same store file; nothing else survives."""
     opened: list[Store] = []
 
-    def restart_(ctl: Controller, now: float) -> Controller:
+    def restart_(ctl: Core, now: float) -> Core:
         ctl.store.close()  # every transition was committed before it was acted on
         store = Store(ctl.store.path)
         opened.append(store)
-        return Controller(store, ctl.config, now, f"mm-{len(opened) + 1}", policy=ctl.policy, fcs=ctl.fcs)
+        return Core(store, ctl.config, now, f"mm-{len(opened) + 1}", policy=ctl.policy, fcs=ctl.fcs)
 
     yield restart_
     for store in opened:
@@ -149,7 +149,7 @@ def test_a_launch_lost_with_a_killed_mm_is_sent_again_by_the_next(store: Store, 
     assert take(ctl) == [] and state(ctl, job_id) is S.STARTING
     reg(ctl, "n2", now=T0 + 2, jobs=())
     assert launches(take(ctl)) == {"n2": first["n2"]}  # the same launch: same PMI name, ranks, row
-    assert state(ctl, job_id) is S.STARTING and ctl.active[job_id].ending is None
+    assert state(ctl, job_id) is S.STARTING and ctl.runs.active[job_id].ending is None
     launched(ctl, job_id, "n2", now=T0 + 3)
     assert state(ctl, job_id) is S.RUNNING and take(ctl) == []
     done(ctl, job_id, "n1", T0 + 4)
@@ -193,9 +193,9 @@ def test_a_killed_mm_that_no_node_heard_from_starts_the_job_everywhere(
     launched(ctl, job_id, "n1", "n2", now=T0 + 4)
     assert state(ctl, job_id) is S.RUNNING
     ctl = restart(ctl, T0 + 5)
-    assert ctl.tracking[job_id].launches == {}  # running: a node that lost the job has lost its ranks
+    assert ctl.runs.tracking[job_id].launches == {}  # running: a node that lost the job has lost its ranks
     reg(ctl, "n1", now=T0 + 6, jobs=())
-    assert kills(take(ctl)) == {("n2", job_id)} and ctl.active[job_id].ending is S.NODE_FAIL
+    assert kills(take(ctl)) == {("n2", job_id)} and ctl.runs.active[job_id].ending is S.NODE_FAIL
 
 
 def test_a_job_cancelled_while_starting_is_not_launched_again_after_a_restart(
@@ -242,7 +242,7 @@ def test_a_resent_launch_names_the_row_the_job_moved_to(store: Store, restart: R
     assert {n: m.row for n, m in launches(take(ctl)).items()} == {"n1": 1, "n2": 1}
     done(ctl, a, "n1", T0 + 1)
     done(ctl, a, "n2", T0 + 1)
-    assert ctl.active[b].row == 0
+    assert ctl.runs.active[b].row == 0
     take(ctl)
     reg(ctl, "n1", now=T0 + 2, jobs=(), nm="e2")  # n1's NM restarted: its launch of b went nowhere
     assert {n: m.row for n, m in launches(take(ctl)).items()} == {"n1": 0}
@@ -262,4 +262,4 @@ def test_a_job_placed_by_an_older_mm_has_no_launch_to_send_again(store: Store, r
     ctl = restart(ctl, T0 + 1)
     reg(ctl, "n1", now=T0 + 2, jobs=(job_id,))
     reg(ctl, "n2", now=T0 + 2, jobs=())
-    assert launches(take(ctl)) == {} and ctl.active[job_id].ending is S.NODE_FAIL
+    assert launches(take(ctl)) == {} and ctl.runs.active[job_id].ending is S.NODE_FAIL

@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 from storm.mm import protocol as p
-from storm.mm.core import Controller
 from storm.mm.protocol import RankExit
 from storm.mm.runs import NAMES_PER_USER
 from storm.mm.store import Store
-from tests.test_core import T0, S, done, make, reg, running, state, stored, take, two_nodes
+from tests.test_core import T0, Core, S, done, make, reg, running, state, stored, take, two_nodes
 
 PORT = "tag#0$connentry#0200A7F1$"
 
 
 def name(
-    ctl: Controller, job_id: int, node: str, action: str, service: str, port: str = "", seq: int = 1
+    ctl: Core, job_id: int, node: str, action: str, service: str, port: str = "", seq: int = 1
 ) -> p.Message:
     """Send a pmi_name as the job's node manager would; return what goes back to that node."""
     msg = p.PmiName(job_id=job_id, node=node, seq=seq, action=action, service=service, port=port)
@@ -33,7 +32,7 @@ def ok(port: str = "", seq: int = 1, job_id: int = 1) -> p.PmiNameResult:
 def test_publish_lookup_unpublish_within_a_job_and_across_jobs_of_one_user(store: Store) -> None:
     ctl = two_nodes(store)
     first, second = running(ctl, 1), running(ctl, 1)
-    n1, n2 = ctl.active[first].nodes[0], ctl.active[second].nodes[0]
+    n1, n2 = ctl.runs.active[first].nodes[0], ctl.runs.active[second].nodes[0]
     assert name(ctl, first, n1, "publish", "ocean", PORT) == ok(job_id=first)
     # any process of the same job, or of another job of the same user, finds it
     assert name(ctl, first, n1, "lookup", "ocean", seq=2) == ok(PORT, seq=2, job_id=first)
@@ -60,7 +59,7 @@ def test_publish_lookup_unpublish_within_a_job_and_across_jobs_of_one_user(store
 def test_names_are_per_user(store: Store) -> None:
     ctl = two_nodes(store)
     alices, bobs = running(ctl, 1), running(ctl, 1, uid=1001, user="bob")
-    a, b = ctl.active[alices].nodes[0], ctl.active[bobs].nodes[0]
+    a, b = ctl.runs.active[alices].nodes[0], ctl.runs.active[bobs].nodes[0]
     assert name(ctl, alices, a, "publish", "svc", PORT) == ok(job_id=alices)
     unseen = name(ctl, bobs, b, "lookup", "svc")
     assert isinstance(unseen, p.PmiNameResult) and not unseen.ok and "user bob" in unseen.error
@@ -72,7 +71,7 @@ def test_names_are_per_user(store: Store) -> None:
 def test_a_job_s_names_end_with_it(store: Store) -> None:
     ctl = two_nodes(store)
     owner, other = running(ctl, 1), running(ctl, 1)
-    node, other_node = ctl.active[owner].nodes[0], ctl.active[other].nodes[0]
+    node, other_node = ctl.runs.active[owner].nodes[0], ctl.runs.active[other].nodes[0]
     assert name(ctl, owner, node, "publish", "a", PORT) == ok(job_id=owner)
     assert name(ctl, owner, node, "publish", "b", PORT) == ok(job_id=owner)
     done(ctl, owner, node, T0 + 3)
@@ -89,7 +88,7 @@ def test_a_job_s_names_end_with_it(store: Store) -> None:
 def test_an_ending_job_publishes_nothing_and_a_node_speaks_only_for_its_jobs(store: Store) -> None:
     ctl = two_nodes(store)
     job_id = running(ctl, 1)
-    node = ctl.active[job_id].nodes[0]
+    node = ctl.runs.active[job_id].nodes[0]
     elsewhere = "n2" if node == "n1" else "n1"
     refused = name(ctl, job_id, elsewhere, "publish", "x", PORT)
     assert isinstance(refused, p.Error) and refused.code == "bad_request"
@@ -104,12 +103,11 @@ def test_an_ending_job_publishes_nothing_and_a_node_speaks_only_for_its_jobs(sto
 def test_a_user_may_publish_only_so_many_names(store: Store) -> None:
     ctl = two_nodes(store)
     job_id = running(ctl, 1)
-    node = ctl.active[job_id].nodes[0]
+    node = ctl.runs.active[job_id].nodes[0]
+    names = ctl.runs.names
     for i in range(NAMES_PER_USER):
-        assert (
-            ctl.names.request("publish", uid=1000, user="alice", job_id=job_id, service=f"s{i}", port="p")[1]
-            == ""
-        )
+        answer = names.request("publish", uid=1000, user="alice", job_id=job_id, service=f"s{i}", port="p")
+        assert answer[1] == ""
     full = name(ctl, job_id, node, "publish", "one-more", PORT)
     assert isinstance(full, p.PmiNameResult) and "has 1024 names published" in full.error
 
@@ -117,7 +115,7 @@ def test_a_user_may_publish_only_so_many_names(store: Store) -> None:
 def test_names_are_soft_state_a_restarted_mm_knows_none(store: Store) -> None:
     ctl = two_nodes(store)
     job_id = running(ctl, 1)
-    node = ctl.active[job_id].nodes[0]
+    node = ctl.runs.active[job_id].nodes[0]
     assert name(ctl, job_id, node, "publish", "x", PORT) == ok(job_id=job_id)
     restarted = make(store, epoch="mm-2")
     reg(restarted, node, jobs=(job_id,))
@@ -161,6 +159,6 @@ def test_a_spawned_process_failing_fails_the_job(store: Store) -> None:
     assert job.reason == "spawned process 1 of spawn 2 (from rank 1) exited with code 3 on n2"
     # a report from a node with no ranks of the job is refused, and changes nothing
     other = running(ctl, 1)
-    foreign = "n2" if ctl.active[other].nodes[0] == "n1" else "n1"
+    foreign = "n2" if ctl.runs.active[other].nodes[0] == "n1" else "n1"
     error = ctl.spawn_failed(p.SpawnFailed(job_id=other, node=foreign, world=1, parent=0, exit=exit_), T0 + 4)
     assert isinstance(error, p.Error) and state(ctl, other) is S.RUNNING

@@ -1,0 +1,69 @@
+"""What clients see of the nodes and the matrix (``storm nodes``, ``storm matrix``): pure functions of the
+Controller's state (mm/core.py), which answers with them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from storm.mm.jobs import Job
+from storm.mm.matrix import Matrix
+from storm.mm.nodes import DOWN, Node
+from storm.mm.protocol import MatrixView, NodeInfo
+from storm.mm.slots import GangCycle
+
+
+def node_infos(nodes: Iterable[Node], active: Iterable[Job]) -> list[NodeInfo]:
+    """Every node by name, with the active jobs on it, its PEs in use and why it takes no job, if so."""
+    jobs: dict[str, list[int]] = {}
+    pes_used: dict[str, int] = {}
+    for job in active:
+        for name in job.nodes:
+            jobs.setdefault(name, []).append(job.id)
+        for name, _pe in job.placement:
+            pes_used[name] = pes_used.get(name, 0) + 1
+    infos = []
+    for n in sorted(nodes, key=lambda n: n.name):
+        if n.state == DOWN:
+            reason = n.reason
+        elif not n.confirmed:
+            reason = "not registered since storm-mm started"
+        elif n.stale:
+            reason = f"stopping ended job(s) {', '.join(map(str, sorted(n.stale)))}"
+        else:
+            reason = ""
+        infos.append(
+            NodeInfo(
+                name=n.name,
+                state=n.state,
+                pes=n.pes,
+                pes_used=pes_used.get(n.name, 0),
+                address=n.address,
+                last_seen=n.last_seen,
+                reason=reason,
+                jobs=tuple(jobs.get(n.name, ())),
+                switches=n.switches,
+                switch_p50_ms=n.switch_p50_ms,
+                switch_p99_ms=n.switch_p99_ms,
+            )
+        )
+    return infos
+
+
+def matrix_view(matrix: Matrix, cycle: GangCycle | None, policy: str, slice_: float) -> MatrixView:
+    columns = matrix.columns()
+    index = {pe: i for i, pe in enumerate(columns)}
+    cells = []
+    for row in matrix.cells():
+        line = [0] * len(columns)
+        for pe, job_id in row.items():
+            line[index[pe]] = job_id
+        cells.append(tuple(line))
+    return MatrixView(
+        policy=policy,
+        mpl=matrix.mpl,
+        slice=slice_,
+        active_row=None if cycle is None else cycle.active,
+        seq=0 if cycle is None else cycle.seq,
+        columns=tuple(f"{node}:{pe}" for node, pe in columns),
+        cells=tuple(cells),
+    )

@@ -1,0 +1,147 @@
+"""The MM's store in memory: mm/storage.py's Storage without a disk, for tests and a simulator.
+
+It answers as the SQLite store (mm/store.py) does, orders included, so that the core decides the same with
+either; nothing survives the process. A transaction only groups (a write is never undone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from storm.mm.jobs import Job, JobSpec, JobState
+from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
+from storm.mm.storage import NodeRecord, StoreError
+
+_ACTIVE = (JobState.PENDING, JobState.STARTING, JobState.RUNNING)
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._meta: dict[str, str] = {}
+        self._jobs: dict[int, Job] = {}
+        self._wireups: dict[int, tuple[str, tuple[int, ...]]] = {}
+        self._last_id = 0
+        self._barriers: dict[int, tuple[int, dict[str, str]]] = {}
+        self._node_exits: dict[int, dict[str, tuple[RankExit, ...]]] = {}
+        self._class_changes: list[ClassChange] = []
+        self._profiles: dict[int, list[ProfileEntry]] = {}
+        self._nodes: dict[str, NodeRecord] = {}
+        self._depth = 0
+        self.commits = 0  # outermost write blocks ended: what SQLite would have committed
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self.commits += 1
+
+    def close(self) -> None:
+        pass
+
+    # -- meta
+
+    def get_meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction():
+            self._meta[key] = value
+
+    # -- jobs
+
+    def add_job(self, spec: JobSpec, now: float) -> Job:
+        with self.transaction():
+            self._last_id += 1
+            job = Job(id=self._last_id, spec=spec, state=JobState.PENDING, submit_time=now)
+            self._jobs[job.id] = job
+        return job
+
+    def save_job(self, job: Job) -> None:
+        with self.transaction():
+            old = self._jobs.get(job.id)
+            if old is None:
+                raise StoreError(f"job {job.id} is not in the store")
+            # As the SQLite store: the spec and submit time are written once, by add_job.
+            self._jobs[job.id] = dataclasses.replace(job, spec=old.spec, submit_time=old.submit_time)
+
+    def save_wireup(self, job_id: int, kvsname: str, hosts: tuple[int, ...] = ()) -> None:
+        with self.transaction():
+            if job_id not in self._jobs:
+                raise StoreError(f"job {job_id} is not in the store")
+            self._wireups[job_id] = (kvsname, tuple(hosts))
+
+    def wireups(self) -> dict[int, tuple[str, tuple[int, ...]]]:
+        return {
+            job_id: wireup
+            for job_id, wireup in sorted(self._wireups.items())
+            if wireup[0] and self._jobs[job_id].state in (JobState.STARTING, JobState.RUNNING)
+        }
+
+    def get_job(self, job_id: int) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def jobs(self, job_ids: Iterable[int] | None = None, *, active_only: bool = False) -> list[Job]:
+        if job_ids is not None:
+            return [self._jobs[i] for i in job_ids if i in self._jobs]
+        return [j for _, j in sorted(self._jobs.items()) if not active_only or j.state in _ACTIVE]
+
+    # -- PMI barriers
+
+    def save_barrier(self, job_id: int, seq: int, kvs: dict[str, str]) -> None:
+        with self.transaction():
+            self._barriers[job_id] = (seq, dict(kvs))
+
+    def barriers(self) -> dict[int, tuple[int, dict[str, str]]]:
+        return {job_id: (seq, dict(kvs)) for job_id, (seq, kvs) in self._barriers.items()}
+
+    def forget_barrier(self, job_id: int) -> None:
+        with self.transaction():
+            self._barriers.pop(job_id, None)
+
+    # -- nodes' final reports on jobs still running elsewhere
+
+    def save_node_exits(self, job_id: int, node: str, exits: Iterable[RankExit]) -> None:
+        with self.transaction():
+            self._node_exits.setdefault(job_id, {})[node] = tuple(exits)
+
+    def node_exits(self) -> dict[int, dict[str, tuple[RankExit, ...]]]:
+        return {job_id: dict(by_node) for job_id, by_node in self._node_exits.items()}
+
+    def forget_node_exits(self, job_id: int) -> None:
+        with self.transaction():
+            self._node_exits.pop(job_id, None)
+
+    # -- measurements
+
+    def add_class_changes(self, changes: Iterable[ClassChange]) -> None:
+        with self.transaction():
+            self._class_changes.extend(changes)
+
+    def class_changes(self, job_ids: Iterable[int]) -> list[ClassChange]:
+        result: list[ClassChange] = []
+        for job_id in job_ids:
+            mine = [c for c in self._class_changes if c.job_id == job_id]
+            result.extend(sorted(mine, key=lambda c: c.time))
+        return result
+
+    def add_profile(self, job_id: int, entries: Iterable[ProfileEntry]) -> None:
+        with self.transaction():
+            self._profiles.setdefault(job_id, []).extend(entries)
+
+    def profile(self, job_id: int) -> list[ProfileEntry]:
+        return sorted(self._profiles.get(job_id, []), key=lambda e: (e.rank, e.klass))
+
+    # -- nodes
+
+    def save_node(self, node: NodeRecord) -> None:
+        with self.transaction():
+            self._nodes[node.name] = node
+
+    def nodes(self) -> list[NodeRecord]:
+        return [record for _, record in sorted(self._nodes.items())]
