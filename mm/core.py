@@ -15,7 +15,7 @@ import dataclasses
 import logging
 
 from storm.mm.config import MMConfig
-from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration
+from storm.mm.jobs import Job, JobSpec, JobState, advance
 from storm.mm.limits import LogThrottle
 from storm.mm.matrix import Placement
 from storm.mm.nodes import DOWN
@@ -46,6 +46,7 @@ from storm.mm.protocol import (
 )
 from storm.mm.rights import may_manage
 from storm.mm.runs import Runs, Tracking, spawn_counts
+from storm.mm.slurm_style import format_duration
 from storm.mm.store import Store
 
 log = logging.getLogger("storm.mm")

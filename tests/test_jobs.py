@@ -14,10 +14,10 @@ from storm.mm.jobs import (
     JobState,
     TransitionError,
     advance,
-    expand_path,
     outcome,
 )
 from storm.mm.protocol import JOB_STATES, JobInfo, RankExit
+from storm.mm.slurm_style import expand_path
 
 S = JobState
 # Written out by hand (not derived from the module) so that a change to the graph fails here.

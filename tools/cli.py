@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.jobs import WAIT_EXIT_CODES, JobState, expand_path
+from storm.mm.jobs import WAIT_EXIT_CODES, JobState
+from storm.mm.slurm_style import expand_path
 from storm.tools import views
 from storm.tools.client import Client, ClientError, default_local_dir
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.jobs import format_duration
+from storm.mm.slurm_style import format_duration
 from storm.tools.client import Client
 
 
