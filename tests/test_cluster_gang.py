@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from storm.nm import procfs
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 from tests.conftest import JOB_TIMEOUT, poll, python_app
@@ -45,12 +46,8 @@ def rank_pids(job_id: int, cwd: Path) -> dict[int, str]:
 
 def stopped(pid: int) -> bool | None:
     """True if the process is stopped (state T), None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    state = stat[stat.rindex(")") + 2]
-    return None if state == "Z" else state == "T"
+    state = procfs.state(pid)
+    return None if state in (None, "Z") else state == "T"
 
 
 def switch_windows(trace: Path) -> list[tuple[float, float]]:

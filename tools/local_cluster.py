@@ -36,12 +36,11 @@ from pathlib import Path
 import zmq
 
 from storm.mm.keys import curve_client, read_keypair, read_public_key, write_keypair
-from storm.nm.processes import LinuxProcesses
+from storm.nm import procfs
 from storm.tools.client import Client, ClientError
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
-_proc = LinuxProcesses()
 
 
 class LocalClusterError(RuntimeError):
@@ -69,11 +68,12 @@ class Daemon:
         """Still the process we started (a reused pid has another start time) and not a zombie."""
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, os.WNOHANG)  # reap it if it is our own child that exited
-        return _proc.start_time(self.pid) == self.start_time
+        return procfs.start_time(self.pid) == self.start_time
 
     def signal(self, sig: int) -> None:
         if self.alive():
-            _proc.signal(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, sig)
 
 
 @dataclass
@@ -184,7 +184,7 @@ class LocalCluster:
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True
             )
         proc.returncode = 0  # it outlives this Popen object; `down` stops it by pid and start time
-        start = _proc.start_time(proc.pid)
+        start = procfs.start_time(proc.pid)
         if start is None:
             raise LocalClusterError(f"{name} exited at once; see {log}")
         return Daemon(name=name, pid=proc.pid, start_time=start, log=str(log))
