@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storm.mm.protocol import MAX_NODE_MESSAGE, POLICIES, FcsParameters, ProtocolError
+from storm.mm.protocol import MAX_NODE_MESSAGE, POLICIES, FcsParameters, Policy, ProtocolError
 
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
 
@@ -31,7 +31,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
     name: str = "storm"
-    policy: str = "batch"
+    policy: str = Policy.BATCH.value  # one of POLICIES (checked on loading); a plain str for --help
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,7 +217,7 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError(f"cluster.policy: {config.cluster.policy!r} is not one of {', '.join(POLICIES)}")
     if config.mm.mpl < 1:
         raise ConfigError("mm.mpl must be at least 1")
-    if config.cluster.policy == "batch" and config.mm.mpl != 1:
+    if config.cluster.policy == Policy.BATCH and config.mm.mpl != 1:
         raise ConfigError(
             "cluster.policy batch runs one job per PE: mm.mpl must be 1 (use gang to time-share)"
         )

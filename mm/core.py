@@ -15,7 +15,7 @@ import dataclasses
 import logging
 
 from storm.mm.config import MMConfig
-from storm.mm.jobs import Job, JobSpec, JobState, advance
+from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
 from storm.mm.matrix import Placement
 from storm.mm.nodes import DOWN
@@ -37,6 +37,7 @@ from storm.mm.protocol import (
     PmiBarrierOut,
     PmiName,
     PmiNameResult,
+    Policy,
     RankFailed,
     RegisterNode,
     Reregister,
@@ -47,6 +48,7 @@ from storm.mm.protocol import (
 from storm.mm.rights import may_manage
 from storm.mm.runs import Runs, Tracking, spawn_counts
 from storm.mm.slurm_style import format_duration
+from storm.mm.states import JobState
 from storm.mm.store import Store
 
 log = logging.getLogger("storm.mm")
@@ -70,7 +72,7 @@ class Controller(Runs):
         now: float,
         mm_epoch: str,
         *,
-        policy: str = "batch",
+        policy: str = Policy.BATCH,
         fcs: FcsParameters | None = None,
     ) -> None:
         super().__init__(store, config, mm_epoch, policy=policy, fcs=fcs)

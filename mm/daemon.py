@@ -361,7 +361,7 @@ class MachineManager:
                 infos = self.core.job_infos((msg.job_id,), now=now)
                 if not infos:
                     raise Rejected("unknown_job", f"no job {msg.job_id}")
-                if infos[0].state in ("PENDING", "STARTING", "RUNNING"):
+                if not p.JobState(infos[0].state).terminal:
                     self.waiters.setdefault(msg.job_id, []).append((sock, identity, msg.req))
                     return None
                 return p.JobList(req=msg.req, jobs=tuple(infos))

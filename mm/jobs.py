@@ -1,49 +1,25 @@
 """Jobs and their life cycle: PENDING -> STARTING -> RUNNING -> one terminal state.
 
-The record here is what the store keeps and what the MM's scheduling acts on. Transitions are checked in one
-place (:func:`advance`) so that no code path can move a job backwards or out of a terminal state. The one way
-back is :func:`requeue`: a job submitted with ``--requeue`` whose node failed returns to PENDING, keeping its
-id and submit time (so it keeps its place in the queue), and runs again from the start.
+The states themselves are mm/states.py's. The record here is what the store keeps and what the MM's
+scheduling acts on. Transitions are checked in one place (:func:`advance`) so that no code path can move a
+job backwards or out of a terminal state. The one way back is :func:`requeue`: a job submitted with
+``--requeue`` whose node failed returns to PENDING, keeping its id and submit time (so it keeps its place in
+the queue), and runs again from the start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import StrEnum
 
 from storm.mm.protocol import JobInfo, RankExit
 from storm.mm.slurm_style import expand_path
-
-
-class JobState(StrEnum):
-    PENDING = "PENDING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    NODE_FAIL = "NODE_FAIL"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-    @property
-    def active(self) -> bool:
-        """Holds PEs: its ranks exist or are being started."""
-        return self in (JobState.STARTING, JobState.RUNNING)
-
-
-TERMINAL = frozenset(
-    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL}
-)
+from storm.mm.states import TERMINAL_STATES, JobState
 
 _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
-    JobState.STARTING: frozenset({JobState.RUNNING} | TERMINAL),
-    JobState.RUNNING: TERMINAL,
+    JobState.STARTING: frozenset({JobState.RUNNING} | TERMINAL_STATES),
+    JobState.RUNNING: TERMINAL_STATES,
 }
 
 # What `storm submit --wait` exits with when a job did not end by itself: a caller can tell them apart.

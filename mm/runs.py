@@ -39,7 +39,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from storm.mm.config import MMConfig
-from storm.mm.jobs import Job, JobState, advance, outcome, requeue
+from storm.mm.jobs import Job, advance, outcome, requeue
 from storm.mm.matrix import Matrix, Placement
 from storm.mm.nodes import UP, NodeRegistry
 from storm.mm.protocol import (
@@ -49,6 +49,7 @@ from storm.mm.protocol import (
     KillJob,
     LaunchJob,
     Message,
+    Policy,
     RankExit,
     RankSlot,
     SpawnsView,
@@ -57,6 +58,7 @@ from storm.mm.reports import Reports
 from storm.mm.requeue import Echoes
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
 from storm.mm.slots import GangCycle
+from storm.mm.states import JobState
 from storm.mm.store import Store
 
 log = logging.getLogger("storm.mm")
@@ -150,7 +152,7 @@ class Runs:
         config: MMConfig,
         mm_epoch: str,
         *,
-        policy: str = "batch",
+        policy: str = Policy.BATCH,
         fcs: FcsParameters | None = None,
     ) -> None:
         self.store = store
@@ -159,8 +161,8 @@ class Runs:
         self.policy = policy
         self.fcs = fcs or FcsParameters()
         # Under gang and FCS the rows take turns with heartbeats; in batch and sb every placed job may run.
-        tslots_max = self.fcs.tslots_max if policy == "fcs" else None
-        self.cycle = GangCycle(config.slice, tslots_max) if policy in ("gang", "fcs") else None
+        tslots_max = self.fcs.tslots_max if policy == Policy.FCS else None
+        self.cycle = GangCycle(config.slice, tslots_max) if Policy(policy).cycles else None
         self.heartbeat_port = 0  # set by the daemon once it has bound its PUB socket
         self.matrix = Matrix(config.mpl)
         self.registry = NodeRegistry(config.node_timeout)

@@ -32,7 +32,6 @@ from zmq.utils.monitor import parse_monitor_message
 from storm.mm.auth import CLIENTS, NODES, AllowedKeys, Gatekeeper, judge
 from storm.mm.config import ConfigError, MMConfig, load
 from storm.mm.core import Controller
-from storm.mm.jobs import JobState
 from storm.mm.keys import (
     KeyFileError,
     curve_client,
@@ -44,6 +43,7 @@ from storm.mm.keys import (
 )
 from storm.mm.protocol import KillJob, SubmitJob
 from storm.mm.rights import is_operator, key_user, may_manage, run_as_problem
+from storm.mm.states import JobState
 from storm.mm.store import Store
 from storm.tools import cli
 from storm.tools.client import Client, ClientError

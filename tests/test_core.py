@@ -7,8 +7,9 @@ import pytest
 from storm.mm import protocol as p
 from storm.mm.config import MMConfig
 from storm.mm.core import Controller, Rejected
-from storm.mm.jobs import Job, JobSpec, JobState
+from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import KillJob, LaunchJob, RankExit
+from storm.mm.states import JobState
 from storm.mm.store import Store
 
 T0 = 1000.0

@@ -12,8 +12,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from storm.mm.jobs import Job, JobSpec, JobState, advance
+from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.protocol import ClassChange, ProfileEntry
+from storm.mm.states import JobState
 from storm.mm.store import SCHEMA_VERSION, NodeRecord, Store, StoreError
 from tests.conftest import open_fds
 

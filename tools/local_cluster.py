@@ -36,6 +36,7 @@ from pathlib import Path
 import zmq
 
 from storm.mm.keys import curve_client, read_keypair, read_public_key, write_keypair
+from storm.mm.protocol import NodeState, Policy
 from storm.nm import procfs
 from storm.tools.client import Client, ClientError
 
@@ -81,7 +82,7 @@ class LocalCluster:
     dir: Path
     nodes: int = 2
     pes_per_node: int = 1
-    policy: str = "batch"
+    policy: str = Policy.BATCH
     # Each NM writes one line per heartbeat to nodes/<name>/trace (see nm/switcher.py): for tests, benchmarks.
     trace: bool = False
     mm_settings: dict[str, object] = field(default_factory=dict)
@@ -279,7 +280,7 @@ class LocalCluster:
                 for d in self.nms:
                     if not d.alive():
                         raise LocalClusterError(f"{d.name} exited during start-up:\n{tail(d.log)}")
-                up = {n.name for n in client.nodes() if n.state == "UP" and not n.reason}
+                up = {n.name for n in client.nodes() if n.state == NodeState.UP and not n.reason}
                 return set(names) <= up
 
             wait_for(registered, timeout, f"nodes {', '.join(names)} to register", interval=0.05)
@@ -377,5 +378,5 @@ def status(directory: Path) -> str:
             nodes = client.nodes()
     except ClientError as exc:
         return f"local cluster in {directory}: storm-mm not answering ({exc})"
-    up = sum(1 for n in nodes if n.state == "UP")
+    up = sum(1 for n in nodes if n.state == NodeState.UP)
     return f"local cluster in {directory}: {up}/{len(nodes)} nodes up, endpoint {cluster.endpoint}"
