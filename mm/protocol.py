@@ -336,6 +336,14 @@ class ProfileEntry:
         _check(self.rank >= 0, "rank must be >= 0")
 
 
+CS_THRESH = 0.002  # Table 2's CS_thresh (seconds)
+
+
+def default_f_thresh(cs_thresh: float) -> float:
+    """Table 2's F_thresh, 0.85 x CS_thresh: what FCS uses unless F_thresh is set."""
+    return 0.85 * cs_thresh
+
+
 @dataclass(frozen=True, kw_only=True)
 class FcsParameters:
     """Table 2 of the FCS paper (times in seconds), set once on the MM and handed to every node, where the
@@ -344,8 +352,8 @@ class FcsParameters:
     spin: float = 120e-6
     cslots_min: int = 20
     dc_thresh: float = 1.0
-    cs_thresh: float = 0.002
-    f_thresh: float = 0.85 * 0.002
+    cs_thresh: float = CS_THRESH
+    f_thresh: float = default_f_thresh(CS_THRESH)
     tslots_max: int = 32768
     # Which F processes have priority over the DC processes of their PE: the one whose slot it is (the
     # paper's Algorithm 1), or every F process in every slot without a CS process ("always").
@@ -354,7 +362,7 @@ class FcsParameters:
     def __post_init__(self) -> None:
         _check(self.f_priority in ("slot", "always"), "f_priority must be 'slot' or 'always'")
         _check(
-            0 < self.f_thresh <= self.cs_thresh < self.dc_thresh, "need 0 < F_thresh <= CS_thresh < DC_thresh"
+            0 < self.f_thresh <= self.cs_thresh < self.dc_thresh, "need 0 < f_thresh <= cs_thresh < dc_thresh"
         )
         _check(self.cslots_min >= 1 and self.tslots_max >= 1, "cslots_min and tslots_max must be >= 1")
         _check(0 <= self.spin <= 1.0, "spin must be in [0, 1] second")
