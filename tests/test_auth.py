@@ -48,7 +48,7 @@ from storm.mm.store import Store
 from storm.tools import cli
 from storm.tools.client import Client, ClientError
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll
+from tests.helpers import JOB_TIMEOUT, poll
 from tests.test_cluster_input import standalone_nm
 from tests.test_core import T0, reg, state, submit
 

@@ -14,7 +14,7 @@ import pytest
 from storm.nm import procfs
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, python_app
+from tests.helpers import JOB_TIMEOUT, poll, python_app
 
 pytestmark = pytest.mark.slow
 
