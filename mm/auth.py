@@ -1,7 +1,7 @@
 """Who may talk to storm-mm (what each caller may then do is mm/rights.py).
 
 Local clients use the MM's ``ipc://`` socket, and the kernel says who they are (SO_PEERCRED:
-mm/daemon.py's ``peer_credentials``). Node managers, their heartbeat subscriptions and remote clients use TCP
+mm/net.py's ``peer_credentials``). Node managers, their heartbeat subscriptions and remote clients use TCP
 with CURVE (mm/keys.py): the MM holds a key pair and each peer must present a public key the operator
 allowed by copying it into a directory, ``[mm] node_keys`` for node managers and ``[mm] client_keys`` for
 remote clients. The two are separate ZAP domains, so a user's client key can never register a node (which
@@ -18,29 +18,24 @@ logged once per peer address, then at most once a minute with a count.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import zmq
 import zmq.asyncio
 from zmq.utils import z85
-from zmq.utils.monitor import parse_monitor_message
 
-from storm.mm.keys import HANDSHAKE_FAILURES, PUBLIC_SUFFIX, KeyFileError, handshake_problem, read_public_key
+from storm.mm.keys import PUBLIC_SUFFIX, KeyFileError, read_public_key
 from storm.mm.limits import LogThrottle
+from storm.mm.net import REFUSAL_EVERY
 
 log = logging.getLogger("storm.mm")
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq sends its ZAP requests (RFC 27)
 NODES, CLIENTS = "nodes", "clients"  # ZAP domains
-REFUSAL_EVERY = 60.0  # seconds between log lines about the same refused peer
-RETRY_REFUSED = 2.0  # seconds before a client whose handshake was refused tries again
 STAMP_DOUBT_NS = 2_000_000_000
 
 
@@ -159,48 +154,6 @@ class Gatekeeper:
             )  # fmt: skip
         status = (b"200", b"OK") if verdict.allowed else (b"400", verdict.reason.encode()[:255])
         self.socket.send_multipart([*envelope, b"1.0", request_id, *status, verdict.user_id.encode(), b""])
-
-
-def watch_handshakes(
-    sock: zmq.asyncio.Socket,
-    peer: str,
-    *,
-    server: bool,
-    logger: logging.Logger,
-    advice: str = "",
-    reconnect: Callable[[], None] | None = None,
-) -> Coroutine[Any, Any, None]:
-    """Log every kind of failed CURVE handshake on ``sock`` once, then at most once a minute with a count.
-
-    The refusals the Gatekeeper logs are the ones it decides; these are the ones that never reach it (no
-    keys, the wrong MM key) and, on a client, the refusals it is told of (``advice`` says what to do
-    there). Peers retry every 100 ms, hence the throttle. libzmq gives up on a connection refused by ZAP
-    or failed by a protocol error (measured); ``reconnect`` is then called RETRY_REFUSED seconds later, so
-    that a node whose key the operator allows afterwards joins without a restart.
-
-    The monitor starts now: call this before the socket connects, or the first handshake may fail unseen.
-    Run the returned coroutine as a task; cancelling it disables the monitor and closes its socket.
-    """
-    # A server hears of a ZAP refusal too (AUTH), which the Gatekeeper has logged with more to say.
-    events = HANDSHAKE_FAILURES & ~zmq.EVENT_HANDSHAKE_FAILED_AUTH if server else HANDSHAKE_FAILURES
-    monitor = sock.get_monitor_socket(events)
-    monitor.setsockopt(zmq.LINGER, 0)
-
-    async def watch() -> None:
-        throttle = LogThrottle(rate=1 / REFUSAL_EVERY, burst=1)
-        try:
-            while True:
-                event = parse_monitor_message(await monitor.recv_multipart())
-                problem = handshake_problem(event["event"], event["value"], server=server, peer=peer)
-                throttle.warning(logger, event["event"], time.monotonic(), "%s%s", problem, advice)
-                if reconnect is not None and event["event"] != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-                    await asyncio.sleep(RETRY_REFUSED)
-                    reconnect()
-        finally:
-            sock.disable_monitor()
-            monitor.close()
-
-    return watch()
 
 
 def domain_keys(node_keys: str, client_keys: str) -> dict[str, AllowedKeys]:

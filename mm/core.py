@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from storm.mm import protocol as p
 from storm.mm.config import MMConfig
 from storm.mm.effects import Effect, Publish, Reply, Send, Wait
-from storm.mm.jobs import Job, JobSpec, JobState, advance, format_duration
+from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
 from storm.mm.listing import matrix_view, node_infos
 from storm.mm.nodes import DOWN, NodeRegistry
 from storm.mm.rights import Credentials, may_manage, run_as_problem
 from storm.mm.runs import RunTable, spawn_counts
+from storm.mm.slurm_style import format_duration
+from storm.mm.states import JobState
 from storm.mm.storage import Storage
 
 log = logging.getLogger("storm.mm")
@@ -62,7 +64,7 @@ class Controller:
         mm_epoch: str,
         *,
         nonce: Callable[[], str],
-        policy: str = "batch",
+        policy: str = p.Policy.BATCH,
         fcs: p.FcsParameters | None = None,
     ) -> None:
         self.store = store
@@ -191,7 +193,7 @@ class Controller:
                 infos = self.job_infos((msg.job_id,), now=now)
                 if not infos:
                     raise Rejected("unknown_job", f"no job {msg.job_id}")
-                if infos[0].state in ("PENDING", "STARTING", "RUNNING"):
+                if JobState(infos[0].state).active:
                     out.append(Wait(job_id=msg.job_id, req=msg.req))
                     return None
                 return p.JobList(req=msg.req, jobs=tuple(infos))

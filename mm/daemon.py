@@ -15,7 +15,6 @@ never a crash.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import logging
 import os
@@ -31,12 +30,14 @@ import zmq
 import zmq.asyncio
 
 from storm.mm import protocol as p
-from storm.mm.auth import CLIENTS, NODES, Gatekeeper, domain_keys, watch_handshakes
+from storm.mm.auth import CLIENTS, NODES, Gatekeeper, domain_keys
 from storm.mm.config import StormConfig
 from storm.mm.core import Controller, FromNode
 from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
 from storm.mm.keys import KeyFileError, curve_server, read_keypair
 from storm.mm.limits import LogThrottle, RateLimits
+from storm.mm.lockfile import take_lock
+from storm.mm.net import Caller, bind, peer_credentials, watch_handshakes
 from storm.mm.priority import request_realtime
 from storm.mm.rights import key_user
 from storm.mm.sd_notify import Notifier
@@ -54,17 +55,6 @@ MAX_SUBSCRIPTION = 256
 CURVE_HANDSHAKE = 1024
 
 
-class Caller:
-    """Who sent a client request, as the kernel reported it."""
-
-    def __init__(self, uid: int, gid: int, pid: int) -> None:
-        self.uid, self.gid, self.pid = uid, gid, pid
-        try:
-            self.user = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            self.user = str(uid)
-
-
 def key_credentials(frame: zmq.Frame) -> Caller | str:
     """A remote client is the user its allowed key names (the ZAP handler's User-Id), or why it is none."""
     try:
@@ -78,42 +68,15 @@ def key_credentials(frame: zmq.Frame) -> Caller | str:
     return Caller(user.pw_uid, user.pw_gid, 0)
 
 
-def peer_credentials(frame: zmq.Frame) -> Caller | None:
-    """libzmq exposes SO_PEERCRED of an ipc peer as the Peer-Address 'localhost:UID:GID:PID'."""
-    try:
-        address = frame.get("Peer-Address")
-    except zmq.ZMQError:
-        return None
-    parts = str(address).split(":")
-    if len(parts) != 4 or not all(x.isdigit() for x in parts[1:]):
-        return None
-    return Caller(int(parts[1]), int(parts[2]), int(parts[3]))
-
-
-IPC_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
-
-
-def bind(socket: zmq.asyncio.Socket, endpoint: str) -> str:
-    if endpoint.startswith("ipc://"):
-        path = endpoint[len("ipc://") :]
-        if len(path.encode()) > IPC_PATH_MAX:
-            raise SystemExit(f"cannot listen on {endpoint}: a socket path is limited to {IPC_PATH_MAX} bytes")
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        socket.bind(endpoint)
-    except zmq.ZMQError as exc:
-        raise SystemExit(f"cannot listen on {endpoint}: {exc}") from None
-    real = socket.getsockopt(zmq.LAST_ENDPOINT)
-    assert isinstance(real, bytes)
-    return real.decode()
-
-
 class MachineManager:
     def __init__(self, config: StormConfig) -> None:
         self.config = config
         self.state_dir = Path(config.mm.state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = self._take_lock()
+        self._lock = take_lock(
+            self.state_dir / "mm.lock",
+            busy=f"storm-mm: another storm-mm is running with state directory {self.state_dir}",
+        )
         self.store = Store(self.state_dir / "storm.db", config.mm.sync)
         self.epoch = uuid.uuid4().hex
         self.core = Controller(
@@ -180,17 +143,6 @@ class MachineManager:
             curve_server(self.remote, own, CLIENTS)
         log.info("CURVE: key %s..., node keys from %s", own.fingerprint, mm.node_keys)
         return gate
-
-    def _take_lock(self) -> int:
-        fd = os.open(self.state_dir / "mm.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise SystemExit(
-                f"storm-mm: another storm-mm is running with state directory {self.state_dir}"
-            ) from None
-        return fd
 
     def _write_endpoints(self, client: str, node: str, heartbeat: str, remote: str = "") -> None:
         """Publish the real endpoints (ports may have been 0) for local tools; written atomically."""

@@ -1,48 +1,25 @@
 """Jobs and their life cycle: PENDING -> STARTING -> RUNNING -> one terminal state.
 
-The record here is what the store keeps and what the MM's scheduling acts on. Transitions are checked in one
-place (:func:`advance`) so that no code path can move a job backwards or out of a terminal state. The one way
-back is :func:`requeue`: a job submitted with ``--requeue`` whose node failed returns to PENDING, keeping its
-id and submit time (so it keeps its place in the queue), and runs again from the start.
+The states themselves are mm/states.py's. The record here is what the store keeps and what the MM's
+scheduling acts on. Transitions are checked in one place (:func:`advance`) so that no code path can move a
+job backwards or out of a terminal state. The one way back is :func:`requeue`: a job submitted with
+``--requeue`` whose node failed returns to PENDING, keeping its id and submit time (so it keeps its place in
+the queue), and runs again from the start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import StrEnum
 
 from storm.mm.protocol import JobInfo, RankExit
-
-
-class JobState(StrEnum):
-    PENDING = "PENDING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    NODE_FAIL = "NODE_FAIL"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-    @property
-    def active(self) -> bool:
-        """Holds PEs: its ranks exist or are being started."""
-        return self in (JobState.STARTING, JobState.RUNNING)
-
-
-TERMINAL = frozenset(
-    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL}
-)
+from storm.mm.slurm_style import expand_path
+from storm.mm.states import TERMINAL_STATES, JobState
 
 _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
-    JobState.STARTING: frozenset({JobState.RUNNING} | TERMINAL),
-    JobState.RUNNING: TERMINAL,
+    JobState.STARTING: frozenset({JobState.RUNNING} | TERMINAL_STATES),
+    JobState.RUNNING: TERMINAL_STATES,
 }
 
 # What `storm submit --wait` exits with when a job did not end by itself: a caller can tell them apart.
@@ -172,39 +149,3 @@ def outcome(exits: list[RankExit]) -> tuple[JobState, int, str]:
         if exit_.failed:
             return JobState.FAILED, exit_.status, exit_.describe()
     return JobState.COMPLETED, 0, ""
-
-
-def format_duration(seconds: float | None) -> str:
-    """Slurm's style: H:MM:SS, or D-HH:MM:SS from a day on; '-' for none."""
-    if seconds is None:
-        return "-"
-    s = max(0, round(seconds))
-    days, s = divmod(s, 86400)
-    if days:
-        return f"{days}-{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def expand_path(
-    pattern: str, *, job_id: int, user: str, name: str, rank: int | None = None, node: str | None = None
-) -> str:
-    """Slurm-style output file names: %j job id, %t rank, %N node, %u user, %x job name, %% a percent sign.
-
-    Without a rank or node, %t and %N stay as they are (for showing a job's output pattern).
-    """
-    values = {"j": str(job_id), "u": user, "x": name, "%": "%"}
-    if rank is not None:
-        values["t"] = str(rank)
-    if node is not None:
-        values["N"] = node
-    out = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "%" and i + 1 < len(pattern) and pattern[i + 1] in values:
-            out.append(values[pattern[i + 1]])
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)

@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from storm.mm.config import ConfigError, add_arguments, from_arguments
-
-
-def configure_logging(level: str, name: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format=f"%(asctime)s {name} %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+from storm.mm.logs import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:

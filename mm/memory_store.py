@@ -10,8 +10,9 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from storm.mm.jobs import Job, JobSpec, JobState
+from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
+from storm.mm.states import JobState
 from storm.mm.storage import NodeRecord, StoreError
 
 _ACTIVE = (JobState.PENDING, JobState.STARTING, JobState.RUNNING)

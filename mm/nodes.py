@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from storm.mm.states import NodeState
 from storm.mm.storage import NodeRecord
 
-UP = "UP"
-DOWN = "DOWN"
+UP, DOWN = NodeState.UP, NodeState.DOWN  # short names for the MM's modules
 
 
 @dataclass
 class Node:
     name: str
     pes: int
-    state: str
+    state: NodeState
     last_seen: float
     address: str = ""
     host: str = ""  # the machine it runs on (RegisterNode.host); "": a host of its own
@@ -53,7 +53,12 @@ class NodeRegistry:
         """Nodes known before a restart: each gets a fresh timeout to come back."""
         for r in records:
             self._nodes[r.name] = Node(
-                name=r.name, pes=r.pes, state=r.state, last_seen=now, address=r.address, reason=r.reason
+                name=r.name,
+                pes=r.pes,
+                state=NodeState(r.state),
+                last_seen=now,
+                address=r.address,
+                reason=r.reason,
             )
 
     def register(

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import StrEnum
 
 from storm.mm.codec import MAX_CLIENT_MESSAGE as MAX_CLIENT_MESSAGE
 from storm.mm.codec import MAX_NODE_MESSAGE as MAX_NODE_MESSAGE
@@ -53,13 +54,53 @@ from storm.mm.codec import message
 from storm.mm.codec import peek_req as peek_req
 from storm.mm.codec import prepare_decoding as prepare_decoding
 from storm.mm.codec import registered_ops as registered_ops
+from storm.mm.states import ACTIVE_STATES as ACTIVE_STATES
+from storm.mm.states import TERMINAL_STATES as TERMINAL_STATES
+from storm.mm.states import JobState as JobState
+from storm.mm.states import NodeState as NodeState
 
 PROTOCOL_VERSION = 1
 
-JOB_STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
-POLICIES = ("batch", "gang", "sb", "fcs")
-CLASSES = ("CS", "F", "DC")
-NODE_STATES = ("UP", "DOWN")
+# The vocabularies of the wire are StrEnums: encoded as their strings; fields keep the type ``str`` and each
+# message checks its value against the enum, so ``Policy(msg.policy)`` of a decoded message cannot fail.
+
+
+class Policy(StrEnum):
+    """How the cluster time-shares its PEs ([cluster] policy), which the MM hands to every node."""
+
+    BATCH = "batch"  # one job per PE, run to its end
+    GANG = "gang"  # gang scheduling: the MM cycles the matrix's rows, one heartbeat per time slice
+    SB = "sb"  # spin-block (implicit coscheduling): every job always runs, blocked ranks spin, then block
+    FCS = "fcs"  # flexible coscheduling: gang's heartbeats, and each node classifies its processes
+
+    @property
+    def cycles(self) -> bool:
+        """The MM cycles the matrix's rows and sends a heartbeat per time slice."""
+        return self in (Policy.GANG, Policy.FCS)
+
+    @property
+    def classifies(self) -> bool:
+        """Nodes classify their processes (CS, F, DC) at the end of each slot and decide per PE."""
+        return self is Policy.FCS
+
+    @property
+    def spin_block(self) -> bool:
+        """Ranks may be told to spin-block (spin for FcsParameters.spin, then block) rather than poll."""
+        return self in (Policy.SB, Policy.FCS)
+
+
+class Klass(StrEnum):
+    """FCS's process classes (the paper's section 3): coscheduled, frustrated, don't-care."""
+
+    CS = "CS"
+    F = "F"
+    DC = "DC"
+
+
+JOB_STATES = tuple(s.value for s in JobState)
+POLICIES = tuple(p.value for p in Policy)
+CLASSES = tuple(k.value for k in Klass)
+NODE_STATES = tuple(s.value for s in NodeState)
 RANK_STATES = ("active", "no-mpi", "foreign-mpi", "no-hook")
 
 
@@ -295,6 +336,14 @@ class ProfileEntry:
         _check(self.rank >= 0, "rank must be >= 0")
 
 
+CS_THRESH = 0.002  # Table 2's CS_thresh (seconds)
+
+
+def default_f_thresh(cs_thresh: float) -> float:
+    """Table 2's F_thresh, 0.85 x CS_thresh: what FCS uses unless F_thresh is set."""
+    return 0.85 * cs_thresh
+
+
 @dataclass(frozen=True, kw_only=True)
 class FcsParameters:
     """Table 2 of the FCS paper (times in seconds), set once on the MM and handed to every node, where the
@@ -303,8 +352,8 @@ class FcsParameters:
     spin: float = 120e-6
     cslots_min: int = 20
     dc_thresh: float = 1.0
-    cs_thresh: float = 0.002
-    f_thresh: float = 0.85 * 0.002
+    cs_thresh: float = CS_THRESH
+    f_thresh: float = default_f_thresh(CS_THRESH)
     tslots_max: int = 32768
     # Which F processes have priority over the DC processes of their PE: the one whose slot it is (the
     # paper's Algorithm 1), or every F process in every slot without a CS process ("always").
@@ -313,7 +362,7 @@ class FcsParameters:
     def __post_init__(self) -> None:
         _check(self.f_priority in ("slot", "always"), "f_priority must be 'slot' or 'always'")
         _check(
-            0 < self.f_thresh <= self.cs_thresh < self.dc_thresh, "need 0 < F_thresh <= CS_thresh < DC_thresh"
+            0 < self.f_thresh <= self.cs_thresh < self.dc_thresh, "need 0 < f_thresh <= cs_thresh < dc_thresh"
         )
         _check(self.cslots_min >= 1 and self.tslots_max >= 1, "cslots_min and tslots_max must be >= 1")
         _check(0 <= self.spin <= 1.0, "spin must be in [0, 1] second")
@@ -531,7 +580,7 @@ class NodeRegistered(Message):
     report_interval: float
     # Jobs the node listed that the MM has already ended or never knew: the NM must stop their ranks.
     stale_jobs: tuple[int, ...] = ()
-    policy: str = "batch"
+    policy: str = Policy.BATCH
     # Gang scheduling: the port of the MM's heartbeat PUB socket (on the MM's host) and the time slice.
     heartbeat_port: int = 0
     slice: float = 0.1

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from storm.mm.config import MMConfig
 from storm.mm.effects import Effect, JobEnded, Send
-from storm.mm.jobs import Job, JobState, advance, outcome, requeue
+from storm.mm.jobs import Job, advance, outcome, requeue
 from storm.mm.matrix import Matrix, Placement
 from storm.mm.nodes import UP, NodeRegistry
 from storm.mm.protocol import (
@@ -52,6 +52,7 @@ from storm.mm.protocol import (
     JobSpawned,
     KillJob,
     LaunchJob,
+    Policy,
     RankExit,
     RankSlot,
     SpawnsView,
@@ -60,6 +61,7 @@ from storm.mm.reports import Reports
 from storm.mm.requeue import Echoes
 from storm.mm.scheduler import QueuedJob, RunningJob, schedule
 from storm.mm.slots import GangCycle
+from storm.mm.states import JobState
 from storm.mm.storage import Storage
 
 log = logging.getLogger("storm.mm")
@@ -164,7 +166,7 @@ class RunTable:
         registry: NodeRegistry,
         nonce: Callable[[], str],
         *,
-        policy: str = "batch",
+        policy: str = Policy.BATCH,
         fcs: FcsParameters,
     ) -> None:
         self.store = store
@@ -172,8 +174,8 @@ class RunTable:
         self.registry = registry
         self.nonce = nonce
         # Under gang and FCS the rows take turns with heartbeats; in batch and sb every placed job may run.
-        tslots_max = fcs.tslots_max if policy == "fcs" else None
-        self.cycle = GangCycle(config.slice, tslots_max) if policy in ("gang", "fcs") else None
+        tslots_max = fcs.tslots_max if policy == Policy.FCS else None
+        self.cycle = GangCycle(config.slice, tslots_max) if Policy(policy).cycles else None
         self.matrix = Matrix(config.mpl)
         self.pending: dict[int, Job] = {}
         self.active: dict[int, Job] = {}

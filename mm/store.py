@@ -17,11 +17,21 @@ from pathlib import Path
 
 import msgpack
 
-from storm.mm.jobs import Job, JobSpec, JobState
+from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
+from storm.mm.states import ACTIVE_STATES, JobState
 from storm.mm.storage import NodeRecord, StoreError
 
 SCHEMA_VERSION = 4
+
+
+def _sql_states(states: frozenset[JobState]) -> str:
+    """An SQL list of job states, in JobState's order: the same text on every start."""
+    return "(" + ", ".join(f"'{s}'" for s in JobState if s in states) + ")"
+
+
+_UNFINISHED = _sql_states(frozenset(s for s in JobState if not s.terminal))  # queued or holding PEs
+_PLACED = _sql_states(ACTIVE_STATES)  # holding PEs
 
 # What turns a store of version N into version N + 1 (the schema below is always the newest).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -34,7 +44,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE jobs ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",),
 }
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- kvsname: the PMI name of the job's current (or last) run. Its launches carry it and MPICH names its shared
 -- memory after it; it is random per run, so it is kept for a restarted MM to send a lost launch again.
@@ -57,7 +67,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     hosts TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
-    WHERE state IN ('PENDING', 'STARTING', 'RUNNING');
+    WHERE state IN {_UNFINISHED};
 -- The last PMI barrier each running job completed: a node that missed its answer (the MM restarted in
 -- between) asks again and gets the same answer.
 CREATE TABLE IF NOT EXISTS barriers (
@@ -307,7 +317,7 @@ class Store:
     def wireups(self) -> dict[int, tuple[str, tuple[int, ...]]]:
         """(PMI name, hosts) of the placed jobs (STARTING or RUNNING) that have a PMI name."""
         rows = self._db.execute(
-            "SELECT id, kvsname, hosts FROM jobs WHERE state IN ('STARTING', 'RUNNING') AND kvsname != ''"
+            f"SELECT id, kvsname, hosts FROM jobs WHERE state IN {_PLACED} AND kvsname != ''"  # noqa: S608
         ).fetchall()
         return {
             int(job_id): (str(name), tuple(int(h) for h in str(hosts).split(",") if h))
@@ -323,7 +333,7 @@ class Store:
         if job_ids is not None:
             found = (self.get_job(i) for i in job_ids)
             return [j for j in found if j is not None]
-        where = " WHERE state IN ('PENDING', 'STARTING', 'RUNNING')" if active_only else ""
+        where = f" WHERE state IN {_UNFINISHED}" if active_only else ""
         query = f"SELECT {_JOB_COLUMNS} FROM jobs{where} ORDER BY id"  # noqa: S608 (constants only)
         rows = self._db.execute(query).fetchall()
         return [_row_to_job(r) for r in rows]

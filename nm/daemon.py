@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import functools
 import json
 import logging
@@ -44,11 +43,11 @@ import zmq
 import zmq.asyncio
 
 from storm.mm import protocol as p
-from storm.mm.auth import watch_handshakes
 from storm.mm.config import StormConfig
-from storm.mm.daemon import bind, peer_credentials
 from storm.mm.keys import KeyFileError, curve_client, read_keypair, read_public_key
 from storm.mm.limits import LogThrottle
+from storm.mm.lockfile import take_lock
+from storm.mm.net import bind, peer_credentials, watch_handshakes
 from storm.mm.priority import request_realtime
 from storm.mm.sd_notify import Notifier
 from storm.mpihook.stats import cluster_token
@@ -75,7 +74,10 @@ class NodeManager:
         self.os: Processes = processes or LinuxProcesses()
         self.run_dir = Path(config.nm.run_dir)
         (self.run_dir / "jobs").mkdir(parents=True, exist_ok=True)
-        self._lock = self._take_lock()
+        self._lock = take_lock(
+            self.run_dir / "nm.lock",
+            busy=f"storm-nm: another storm-nm is running with run directory {self.run_dir}",
+        )
         self.wake_reporter = asyncio.Event()
         self.stopping = asyncio.Event()
         self.stop_jobs = False  # SIGUSR1: stop every job before exiting (else they outlive this NM)
@@ -143,17 +145,6 @@ class NodeManager:
             with contextlib.suppress(zmq.ZMQError):
                 sock.disconnect(endpoint)
             sock.connect(endpoint)
-
-    def _take_lock(self) -> int:
-        fd = os.open(self.run_dir / "nm.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise SystemExit(
-                f"storm-nm: another storm-nm is running with run directory {self.run_dir}"
-            ) from None
-        return fd
 
     # ---------------------------------------------------------------------------------------------- main
 

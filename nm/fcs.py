@@ -25,15 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
-from storm.mm.protocol import FcsParameters
+from storm.mm.protocol import FcsParameters, Klass, Policy
 
-
-class Klass(StrEnum):
-    CS = "CS"
-    F = "F"
-    DC = "DC"
+__all__ = ["Klass"]  # defined with the wire (mm/protocol.py); imported from here by the node's modules
 
 
 @dataclass(frozen=True)
@@ -152,7 +147,7 @@ def context_switch(
 
 
 def decide(
-    policy: str, processes: Iterable[Process], active_row: int | None, *, f_always: bool = False
+    policy: Policy, processes: Iterable[Process], active_row: int | None, *, f_always: bool = False
 ) -> dict[tuple[int, int], Decision]:
     """The context switch of a node under every policy, for ``active_row`` (None: no heartbeats, all run).
 
@@ -161,8 +156,8 @@ def decide(
     - sb (spin-block, implicit coscheduling): every rank runs and spin-blocks in blocking calls;
     - fcs: Algorithm 1 (:func:`context_switch`), from each process's class.
     """
-    if policy == "fcs":
+    if policy.classifies:
         return context_switch(processes, active_row, f_always=f_always)
-    spin = policy == "sb"
-    gang = policy == "gang" and active_row is not None
+    spin = policy.spin_block
+    gang = policy.cycles and active_row is not None
     return {proc.key: Decision(run=not gang or proc.row == active_row, spin_block=spin) for proc in processes}

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from storm.mm.config import ConfigError, add_arguments, from_arguments
-from storm.mm.main import configure_logging
+from storm.mm.logs import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,11 +37,9 @@ from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Measurements
 from storm.nm.processes import Processes
 from storm.nm.profile import Profiler
-from storm.nm.switcher import SPIN_BLOCKING_POLICIES, ContextSwitcher, SwitchCheck
+from storm.nm.switcher import ContextSwitcher, SwitchCheck
 
 log = logging.getLogger("storm.nm")
-
-CYCLING_POLICIES = ("gang", "fcs")  # the MM cycles rows and sends heartbeats
 
 
 @dataclass
@@ -64,18 +62,18 @@ class Following:
     """The MM this node follows and its policy: one value, set on registration."""
 
     mm_epoch: str = ""
-    policy: str = "batch"
+    policy: p.Policy = p.Policy.BATCH
     fcs: p.FcsParameters = field(default_factory=p.FcsParameters)
     report_interval: float = 1.0
     registered: bool = False
 
     @property
     def cycles(self) -> bool:
-        return self.policy in CYCLING_POLICIES
+        return self.policy.cycles
 
     @property
     def classifies(self) -> bool:
-        return self.policy == "fcs"
+        return self.policy.classifies
 
 
 class Node:
@@ -227,9 +225,10 @@ class Node:
 
     def _follow(self, msg: p.NodeRegistered, now: float, out: Outcome) -> None:
         """Follow the policy of the MM just registered with (heartbeats under gang and FCS)."""
-        self.following.policy, self.following.fcs = msg.policy, msg.fcs
-        self.switcher.policy, self.switcher.f_priority = msg.policy, msg.fcs.f_priority
-        self.local.spin_blocking = msg.policy in SPIN_BLOCKING_POLICIES
+        policy = p.Policy(msg.policy)  # decoding checked it
+        self.following.policy, self.following.fcs = policy, msg.fcs
+        self.switcher.policy, self.switcher.f_priority = policy, msg.fcs.f_priority
+        self.local.spin_blocking = policy.spin_block
         self.classifier.constants = msg.fcs
         self.monitor.spin_ns = int(msg.fcs.spin * 1e9)
         if not self.config.heartbeat_timeout:

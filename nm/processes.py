@@ -13,6 +13,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
+from storm.nm import procfs
 from storm.nm.launcher import Launcher
 
 SHM_DIR = Path("/dev/shm")
@@ -131,17 +132,10 @@ class LinuxProcesses:
         return True
 
     def start_time(self, pid: int) -> int | None:
-        fields = _stat_fields(pid)
-        if fields is None or fields[0] == "Z":
-            return None  # a zombie has ended; only its parent's wait is missing
-        return int(fields[19])
+        return procfs.start_time(pid)
 
     def states(self, pids: list[int]) -> dict[int, str | None]:
-        result: dict[int, str | None] = {}
-        for pid in pids:
-            fields = _stat_fields(pid)
-            result[pid] = None if fields is None else fields[0]
-        return result
+        return {pid: procfs.state(pid) for pid in pids}
 
     def set_nice(self, pgid: int, nice: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -167,13 +161,7 @@ class LinuxProcesses:
             return None
 
     def session_members(self, sid: int) -> list[int]:
-        members = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                fields = _stat_fields(int(entry))
-                if fields is not None and int(fields[3]) == sid:
-                    members.append(int(entry))
-        return members
+        return [pid for pid in procfs.pids() if procfs.session(pid) == sid]
 
     def mapped_shm(self, pids: Collection[int]) -> set[str]:
         found: set[str] = set()
@@ -195,13 +183,3 @@ class LinuxProcesses:
                 continue
             removed.append(name)
         return removed
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat from field 3 (state) on; None if the process is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after its closing one.
-    return stat[stat.rindex(")") + 2 :].split()

@@ -44,7 +44,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm import protocol as p
 from storm.mm.config import NMConfig
-from storm.mm.jobs import expand_path
+from storm.mm.slurm_style import expand_path
 from storm.nm.jobdir import JobDir
 from storm.nm.pmi import MAX_LINE, NameRequest, Outcome, Wireup, process_mapping
 from storm.nm.spawn import SpawnRequest

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from storm.mm.protocol import Policy
 from storm.nm.fcs import Decision, Klass, Process, decide
 from storm.nm.processes import Processes
 
@@ -31,9 +32,6 @@ SAMPLES = 1000
 BACKGROUND_NICE = 10  # DC and F processes sharing a PE with an F process whose slot it is
 
 Key = tuple[int, int]  # (job id, rank)
-
-
-SPIN_BLOCKING_POLICIES = ("sb", "fcs")  # the policies under which ranks may be told to spin-block
 
 
 @dataclass(frozen=True)
@@ -109,7 +107,7 @@ class ContextSwitcher:
         self.trace = trace
         self.on_switch = on_switch  # told (job id, record index, running) when a rank is stopped or continued
         self.set_wait = set_wait  # asked (job id, record index, spin-block?) to change how a rank waits
-        self.policy = "batch"
+        self.policy = Policy.BATCH
         self.units: dict[Key, Unit] = {}
         self.followers: dict[int, Follower] = {}  # pid -> a spawned process
         self.classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)

@@ -31,7 +31,6 @@ from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm.auth import CLIENTS, NODES, AllowedKeys, Gatekeeper, judge
 from storm.mm.config import ConfigError, MMConfig, load
-from storm.mm.jobs import JobState
 from storm.mm.keys import (
     KeyFileError,
     curve_client,
@@ -43,11 +42,12 @@ from storm.mm.keys import (
 )
 from storm.mm.protocol import KillJob, SubmitJob
 from storm.mm.rights import is_operator, key_user, may_manage, run_as_problem
+from storm.mm.states import JobState
 from storm.mm.store import Store
 from storm.tools import cli
 from storm.tools.client import Client, ClientError
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll
+from tests.helpers import JOB_TIMEOUT, poll
 from tests.test_cluster_input import standalone_nm
 from tests.test_core import T0, Core, reg, state, submit
 

@@ -59,7 +59,7 @@ def test_delivery_latency_spread_and_losses_of_three_nodes() -> None:
 
 
 def test_delivery_counts_a_heartbeat_no_node_traced_as_lost() -> None:
-    traces = {n: b.parse_trace("\n".join(line(s, s / 10, 0.001) for s in (1, 3))) for n in ("a", "b")}
+    traces = {n: b.parse_trace("".join(line(s, s / 10, 0.001) + "\n" for s in (1, 3))) for n in ("a", "b")}
     result = b.delivery(traces)
     assert (result["heartbeats"], result["complete"], result["lost"], result["lost_deliveries"]) == (
         3,
@@ -73,7 +73,9 @@ def test_delivery_counts_a_heartbeat_no_node_traced_as_lost() -> None:
 def test_switching_takes_only_the_lines_that_changed_ranks() -> None:
     node0 = [line(1, 1.0, 0.001, 0.003, 2), line(2, 1.1, 0.002, 0.0, 0), line(3, 1.2, 0.001, 0.005, 2)]
     node1 = [line(1, 1.0, 0.002, 0.001, 2)]
-    result = b.switching({"node0": b.parse_trace("\n".join(node0)), "node1": b.parse_trace("\n".join(node1))})
+    result = b.switching(
+        {"node0": b.parse_trace("\n".join(node0) + "\n"), "node1": b.parse_trace("\n".join(node1) + "\n")}
+    )
     assert result["heartbeats_by_node"] == {"node0": 3, "node1": 1}
     assert result["switches_by_node"] == {"node0": 2, "node1": 1}
     nm, mm = result["nm_done_minus_received_ms"], result["mm_done_minus_sent_ms"]

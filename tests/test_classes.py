@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from storm.mm.protocol import FcsParameters
+from storm.mm.protocol import FcsParameters, Policy
 from storm.mpihook.stats import HookSegment
 from storm.nm.classes import Classifier
 from storm.nm.fcs import Klass, ProcessClass
 from storm.nm.switcher import ContextSwitcher
+from tests.fakes import FakeProcesses
 from tests.test_monitor import MS, hook_writes, monitor_of
-from tests.test_switcher import FakeOs
 
 
 def classifier_of(seg: HookSegment) -> tuple[Classifier, dict[int, int]]:
     """Job 5's ranks 0 and 1 on PEs 0 and 1, in row 0; cslots_min 2."""
     monitor, cpu = monitor_of(seg)
-    switcher = ContextSwitcher(FakeOs())  # type: ignore[arg-type]
-    switcher.policy = "fcs"
+    switcher = ContextSwitcher(FakeProcesses())
+    switcher.policy = Policy.FCS
     switcher.add(5, [(0, 0), (1, 1)], row=0)
     switcher.started(5, {0: 100, 1: 101})
     classifier = Classifier("n1", monitor, switcher)
@@ -84,7 +84,7 @@ def test_a_slot_before_the_process_exists_counts_but_is_not_judged(segment: Hook
 
 def test_a_process_that_arrives_mid_slot_counts_from_its_first_whole_slot(segment: HookSegment) -> None:
     monitor, _ = monitor_of(segment)
-    switcher = ContextSwitcher(FakeOs())  # type: ignore[arg-type]
+    switcher = ContextSwitcher(FakeProcesses())
     classifier = Classifier("n1", monitor, switcher)
     classifier.end_of_slot(0, now=0.0)
     switcher.add(5, [(0, 0)], row=0)  # launched during row 0's slot: that slot is not one of its own

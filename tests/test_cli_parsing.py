@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from storm.mm.jobs import format_duration
+from storm.mm.slurm_style import format_duration
 from storm.tools import cli
 from storm.tools.cli import (
     UsageError,

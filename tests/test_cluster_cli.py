@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import JOB_TIMEOUT
+from tests.helpers import JOB_TIMEOUT
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from storm.nm import procfs
 from storm.nm.switcher import TraceLine
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, python_app
+from tests.helpers import JOB_TIMEOUT, poll, python_app
 
 pytestmark = pytest.mark.slow
 
@@ -46,12 +47,8 @@ def rank_pids(job_id: int, cwd: Path) -> dict[int, str]:
 
 def stopped(pid: int) -> bool | None:
     """True if the process is stopped (state T), None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    state = stat[stat.rindex(")") + 2]
-    return None if state == "Z" else state == "T"
+    state = procfs.state(pid)
+    return None if state in (None, "Z") else state == "T"
 
 
 def switch_windows(trace: Path) -> list[tuple[float, float]]:

@@ -13,7 +13,7 @@ from storm.mm import protocol as p
 from storm.tools import bench_hook as bench
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, python_app, run_job, storm_cli
+from tests.helpers import JOB_TIMEOUT, poll, python_app, run_job, storm_cli
 
 pytestmark = pytest.mark.slow
 PROGRAMS = Path(__file__).parent / "programs"

@@ -26,7 +26,7 @@ from zmq.utils.monitor import recv_monitor_message
 from storm.mm import protocol as p
 from storm.tools.client import Client, ClientError
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import poll, storm_cli
+from tests.helpers import poll, storm_cli
 
 pytestmark = pytest.mark.slow
 

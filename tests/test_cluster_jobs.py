@@ -10,7 +10,7 @@ import pytest
 
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import poll, python_app, run_job, storm_cli
+from tests.helpers import poll, python_app, run_job, storm_cli
 
 pytestmark = pytest.mark.slow
 

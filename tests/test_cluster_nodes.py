@@ -13,7 +13,7 @@ import pytest
 
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, python_app, storm_cli
+from tests.helpers import JOB_TIMEOUT, poll, python_app, storm_cli
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from storm.tools.client import Client
-from tests.conftest import JOB_TIMEOUT, poll
+from tests.helpers import JOB_TIMEOUT, poll
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, python_app
+from tests.helpers import JOB_TIMEOUT, poll, python_app
 from tests.test_cluster_gang import stopped
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ import pytest
 
 from storm.nm.jobdir import JobDir
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, start_cluster
+from tests.helpers import JOB_TIMEOUT, poll, start_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest
 from storm.mm import protocol as p
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, python_app, run_job, storm_cli
+from tests.helpers import JOB_TIMEOUT, poll, python_app, run_job, storm_cli
 from tests.test_cluster_gang import stopped
 
 pytestmark = pytest.mark.slow

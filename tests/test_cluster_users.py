@@ -20,7 +20,7 @@ import pytest
 
 from storm.tools.client import Client, ClientError
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll, start_cluster
+from tests.helpers import JOB_TIMEOUT, poll, start_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -12,11 +12,12 @@ from storm.mm import protocol as p
 from storm.mm.config import MMConfig
 from storm.mm.core import Controller, FromNode, Rejected
 from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
-from storm.mm.jobs import Job, JobSpec, JobState
+from storm.mm.jobs import Job, JobSpec
 from storm.mm.memory_store import MemoryStore
 from storm.mm.protocol import KillJob, LaunchJob, RankExit
 from storm.mm.rights import Account
 from storm.mm.runs import seeded_nonces
+from storm.mm.states import JobState
 from storm.mm.storage import Storage
 from storm.mm.store import Store
 

@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from storm.mm import protocol as p
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, fd_count, poll, python_app, storm_cli
+from tests.helpers import JOB_TIMEOUT, fd_count, poll, python_app, storm_cli
 from tests.test_cluster_input import fake_mm, node_dealer, standalone_nm
 from tests.test_protocol import CHANGE, EXAMPLES, JOB_INFO, NODE_INFO, PROFILE, RANK_STATS, pack
 

@@ -7,17 +7,17 @@ import itertools
 import pytest
 
 from storm.mm.jobs import (
-    TERMINAL,
     WAIT_EXIT_CODES,
     Job,
     JobSpec,
-    JobState,
     TransitionError,
     advance,
-    expand_path,
     outcome,
 )
 from storm.mm.protocol import JOB_STATES, JobInfo, RankExit
+from storm.mm.slurm_style import expand_path
+from storm.mm.states import TERMINAL_STATES as TERMINAL
+from storm.mm.states import JobState
 
 S = JobState
 # Written out by hand (not derived from the module) so that a change to the graph fails here.

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import netns
-from tests.conftest import JOB_TIMEOUT, poll, python_app
+from tests.helpers import JOB_TIMEOUT, poll, python_app
 from tests.netns import Lab, NetnsCluster
 from tests.test_cluster_hook import SHARED, rank_lines
 from tests.test_cluster_nodes import node_states

@@ -30,7 +30,7 @@ from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Monitor
 from storm.nm.processes import LinuxProcesses
 from storm.nm.switcher import ContextSwitcher
-from tests.conftest import poll
+from tests.helpers import poll
 
 # A stand-in job shell: a session leader whose two "ranks" are each in a process group of their own.
 FAKE_SHELL = """

@@ -377,7 +377,7 @@ def dynamic(op: str, **changes: Any) -> dict[str, Any]:
                 "report_interval": 1.0,
                 "fcs": {"cs_thresh": 2.0, "dc_thresh": 1.0},
             },
-            "node_registered.fcs: need 0 < F_thresh <= CS_thresh < DC_thresh",
+            "node_registered.fcs: need 0 < f_thresh <= cs_thresh < dc_thresh",
         ),
         (
             {

@@ -23,7 +23,7 @@ import pytest
 from storm.mm import protocol as p
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, fd_count, live_descendants, poll, shm_entries
+from tests.helpers import JOB_TIMEOUT, fd_count, live_descendants, poll, shm_entries
 
 pytestmark = pytest.mark.slow
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from storm.mm.jobs import Job, JobSpec, JobState, advance
+from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.protocol import ClassChange, ProfileEntry
+from storm.mm.states import JobState
 from storm.mm.store import SCHEMA_VERSION, NodeRecord, Store, StoreError
-from tests.conftest import open_fds
+from tests.helpers import open_fds
 
 Opener = Callable[..., Store]
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from storm.mm.protocol import Policy
 from storm.nm.fcs import Klass
 from storm.nm.processes import LinuxProcesses
 from storm.nm.switcher import BACKGROUND_NICE, ContextSwitcher
@@ -19,7 +20,7 @@ def node(policy: str) -> tuple[ContextSwitcher, FakeProcesses, list[tuple[int, i
     """Two jobs sharing PE 0 of this node: job 1 (pid 100) in row 0, job 2 (pid 200) in row 1."""
     fake, waits = FakeProcesses(), []
     switcher = ContextSwitcher(fake, set_wait=lambda job, index, spin: waits.append((job, index, spin)))
-    switcher.policy = policy
+    switcher.policy = Policy(policy)
     switcher.add(1, [(0, 0)], row=0)
     switcher.add(2, [(0, 0)], row=1)
     return switcher, fake, waits
@@ -89,7 +90,7 @@ def test_a_jobs_session_yields_only_if_all_its_ranks_on_the_node_yield() -> None
     share one session (one autogroup), which must keep the priority of the favoured one."""
     fake = FakeProcesses()
     switcher = ContextSwitcher(fake)
-    switcher.policy = "fcs"
+    switcher.policy = Policy.FCS
     switcher.add(1, [(0, 0)], row=0)
     switcher.add(2, [(0, 0), (1, 1)], row=0)
     switcher.started(1, {0: 100})

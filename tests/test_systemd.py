@@ -32,7 +32,7 @@ from storm.mm.config import DEFAULT_CONFIG, load
 from storm.mm.priority import PRIORITY
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.conftest import JOB_TIMEOUT, poll
+from tests.helpers import JOB_TIMEOUT, poll
 
 UNITS = Path(__file__).resolve().parent.parent / "systemd"
 SANDBOX = Path(__file__).resolve().parent / "programs" / "unit_sandbox.py"

@@ -52,6 +52,7 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]  # no stubs in the dev dependencies
 
+from storm.mm.protocol import JobState, Policy
 from storm.nm.switcher import TraceLine
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster, LocalClusterError, wait_for
@@ -165,10 +166,10 @@ def start(cluster: LocalCluster) -> None:
 
 
 @contextlib.contextmanager
-def running(directory: Path, nodes: int, policy: str) -> Iterator[LocalCluster]:
-    mm: dict[str, object] = {"mpl": MPL, "slice": SLICE} if policy == "gang" else {}
+def running(directory: Path, nodes: int, policy: Policy) -> Iterator[LocalCluster]:
+    mm: dict[str, object] = {"mpl": MPL, "slice": SLICE} if policy.cycles else {}
     cluster = LocalCluster(
-        dir=directory, nodes=nodes, policy=policy, trace=policy == "gang", mm_settings=mm,
+        dir=directory, nodes=nodes, policy=policy, trace=policy.cycles, mm_settings=mm,
         nm_settings={"kill_grace": 1.0},
     )  # fmt: skip
     try:
@@ -225,10 +226,10 @@ def wait_state(client: Client, job_ids: list[int], timeout: float = JOB_TIMEOUT)
     """Poll until every job is RUNNING (raise if one ended or the deadline passes)."""
 
     def all_running() -> bool:
-        states = {j.id: j.state for j in client.jobs(tuple(job_ids))}
-        if any(s not in ("PENDING", "STARTING", "RUNNING") for s in states.values()):
+        states = {j.id: JobState(j.state) for j in client.jobs(tuple(job_ids))}
+        if any(s.terminal for s in states.values()):
             raise RuntimeError(f"a job ended before the measurement: {states}")
-        return all(s == "RUNNING" for s in states.values())
+        return all(s is JobState.RUNNING for s in states.values())
 
     wait_for(all_running, timeout, f"jobs {job_ids} to run", interval=0.01)
 
@@ -236,7 +237,7 @@ def wait_state(client: Client, job_ids: list[int], timeout: float = JOB_TIMEOUT)
 def finish(client: Client, job_id: int) -> tuple[float, float]:
     """Wait for the job; (submit-to-end, start-to-end) in seconds from its JobInfo."""
     job = client.wait(job_id, timeout=JOB_TIMEOUT)
-    if job.state != "COMPLETED" or job.end_time is None or job.start_time is None:
+    if job.state != JobState.COMPLETED or job.end_time is None or job.start_time is None:
         raise RuntimeError(f"job {job_id} {job.state}: {job.reason}")
     return job.end_time - job.submit_time, job.end_time - job.start_time
 
@@ -247,7 +248,7 @@ def finish(client: Client, job_id: int) -> tuple[float, float]:
 def heartbeat_section(work: Path, sizes: list[int], window: float, info: Json) -> list[Json]:
     runs = []
     for nms in sizes:
-        with running(work / f"hb{nms}", nms, "gang") as cluster:
+        with running(work / f"hb{nms}", nms, Policy.GANG) as cluster:
             info.setdefault("daemon_priority", priority(cluster))
             for load in ("idle", "loaded"):
                 with cpu_load(2 if load == "loaded" else 0) as busy:
@@ -261,7 +262,7 @@ def heartbeat_section(work: Path, sizes: list[int], window: float, info: Json) -
 def switch_section(work: Path, window: float) -> tuple[Json, Json, Json]:
     """(context switches, CPU of the idle gang cluster, CPU while switching)."""
     argv = [*BSP, "--granularity", "0.002", "--seconds", f"{window + 3:g}"]
-    with running(work / "switch", 2, "gang") as cluster, cluster.client(timeout=30) as client:
+    with running(work / "switch", 2, Policy.GANG) as cluster, cluster.client(timeout=30) as client:
         _, idle = measure(cluster, window)
         jobs = [client.submit(argv, 2, cwd=str(work), output=str(work / "switch-%j.out")) for _ in range(2)]
         wait_state(client, jobs)
@@ -275,7 +276,7 @@ def switch_section(work: Path, window: float) -> tuple[Json, Json, Json]:
 
 
 def batch_idle(work: Path, window: float) -> Json:
-    with running(work / "batch-idle", 2, "batch") as cluster:
+    with running(work / "batch-idle", 2, Policy.BATCH) as cluster:
         return measure(cluster, window)[1]
 
 
@@ -284,7 +285,7 @@ def compute_section(work: Path, repeats: int, seconds: float) -> Json:
     argv = [*BSP, "--granularity", "0.01", "--iterations", str(iterations)]
     times: dict[str, list[tuple[float, float]]] = {"batch": [], "gang": []}
     for i in range(repeats):
-        for policy in ("batch", "gang"):
+        for policy in (Policy.BATCH, Policy.GANG):
             with running(work / f"{policy}{i}", 2, policy) as cluster, cluster.client(timeout=30) as client:
                 job = client.submit(argv, 2, cwd=str(work), output=str(work / f"{policy}-%j.out"))
                 times[policy].append(finish(client, job))

@@ -48,6 +48,7 @@ from typing import Any
 from storm import mpihook
 from storm.mpihook import SPIN_BLOCK_ENVIRONMENT
 from storm.mpihook.stats import WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters, segment_name
+from storm.nm import procfs
 from storm.tools import apps
 from storm.tools.local_cluster import wait_for
 
@@ -230,11 +231,10 @@ def command(
 def kill_tree(pid: int) -> None:
     """SIGKILL a process and its descendants, by pid (MPI ranks are in sessions of their own)."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    for child in procfs.pids():
+        parent = procfs.parent(child)
+        if parent is not None:
+            children.setdefault(parent, []).append(child)
     todo, found = [pid], []
     while todo:
         found.append(todo.pop())
@@ -481,10 +481,6 @@ def cpu_times(pid: int) -> tuple[int, int]:
     return ran, waited
 
 
-def process_state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
 @dataclasses.dataclass
 class Hold:
     """Rank 1's CPU use while rank 0 was stopped, and what its record says of the whole wait."""
@@ -580,7 +576,7 @@ def stopped_peer(
             switch(segment, mode)
             os.kill(pid0, signal.SIGSTOP)
             wait_for(
-                lambda: process_state(pid0) == "T" and counters(segment, 1).in_call,
+                lambda: procfs.state(pid0) == "T" and counters(segment, 1).in_call,
                 5.0,
                 "rank 0 to stop",
                 interval=0.005,

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from storm.mm.protocol import JobState
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 
@@ -31,7 +32,7 @@ HELLO = [sys.executable, "-m", "storm.tools.apps.hello"]
 
 def wait_running(client: Client, job_id: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
-    while client.job(job_id).state in ("PENDING", "STARTING"):
+    while (state := JobState(client.job(job_id).state)) is not JobState.RUNNING and not state.terminal:
         if time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} did not start")
         time.sleep(0.001)
@@ -44,7 +45,7 @@ def one_storm_run(client: Client, cwd: Path) -> tuple[float, float]:
     t_running = time.perf_counter()
     job = client.wait(job_id, timeout=60)
     t_done = time.perf_counter()
-    if job.state != "COMPLETED":
+    if job.state != JobState.COMPLETED:
         raise RuntimeError(f"hello job {job_id} {job.state}: {job.reason}")
     return t_running - t0, t_done - t0
 
@@ -70,7 +71,7 @@ def throughput(client: Client, cwd: Path, jobs: int) -> dict[str, float]:
     t_submitted = time.perf_counter()
     ends = [client.wait(i, timeout=600) for i in ids]
     t_done = time.perf_counter()
-    failed = [j.id for j in ends if j.state != "COMPLETED"]
+    failed = [j.id for j in ends if j.state != JobState.COMPLETED]
     if failed:
         raise RuntimeError(f"throughput jobs failed: {failed}")
     return {

@@ -30,10 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from storm.mm.protocol import POLICIES, Policy
 from storm.tools import mpi4py_suite as suite
 from storm.tools.mpi4py_suite import Suite, SuiteRun, SuiteUnavailable
 
-POLICIES = ("batch", "gang", "fcs")
+DEFAULT_POLICIES = (Policy.BATCH, Policy.GANG, Policy.FCS)
 Json = dict[str, Any]
 
 
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace, source: Path, work: Path) -> Json:
     for policy in args.policies:
         for ranks in args.ranks:
             limits = suite.storm_limits(baselines[ranks], args.factor, args.min_limit, args.mpiexec_limit)
-            in_flight = 1 if policy == "batch" else args.in_flight
+            in_flight = 1 if policy == Policy.BATCH else args.in_flight
             print(f"storm {policy}, {ranks} ranks: {len(modules)} modules, {in_flight} in flight", flush=True)
             directory = work / f"cluster-{policy}-{ranks}"
             with (
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ranks", type=numbers, default=[2, 4], help="rank counts (default 2,4)")
     parser.add_argument(
-        "--policies", default=",".join(POLICIES), help="storm policies (default batch,gang,fcs)"
+        "--policies", default=",".join(DEFAULT_POLICIES), help="storm policies (default batch,gang,fcs)"
     )
     parser.add_argument("--mpl", type=int, default=2, help="gang and fcs multiprogramming level (default 2)")
     parser.add_argument(
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep every rank's output and events in this directory")
     args = parser.parse_args(argv)
     args.policies = [p for p in args.policies.split(",") if p]
-    bad = [p for p in args.policies if p not in ("batch", "gang", "sb", "fcs")]
+    bad = [p for p in args.policies if p not in POLICIES]
     if bad or not args.ranks or min(args.ranks) < 1 or args.mpl < 1 or args.in_flight < 1:
         parser.error(
             f"unknown policy {', '.join(bad)}" if bad else "need --ranks >= 1, --mpl and --in-flight >= 1"

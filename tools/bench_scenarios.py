@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm import protocol as p
+from storm.mm.protocol import POLICIES
 from storm.tools import scenario_chart
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 from storm.tools.scenarios import (
-    POLICIES,
     PROFILE_PARTS,
     SCENARIOS,
     RunResult,
@@ -83,7 +83,7 @@ def run_scenario(client: Client, scenario: Scenario, work: Path, unit: float) ->
     for info in infos:
         out = work / f"{info.id}.out"
         text = out.read_text() if out.exists() else ""
-        if info.state != "COMPLETED" or info.end_time is None or "bsp: OK" not in text:
+        if info.state != p.JobState.COMPLETED or info.end_time is None or "bsp: OK" not in text:
             raise RuntimeError(f"{scenario.name}: job {info.id} {info.state} {info.reason}: {text[-300:]}")
     profile = [e for i in infos for e in client.call(p.GetStats(job_id=i.id), p.StatsView).profile]
     return run_result([i.submit_time for i in infos], [i.end_time or 0.0 for i in infos], profile)
@@ -91,14 +91,17 @@ def run_scenario(client: Client, scenario: Scenario, work: Path, unit: float) ->
 
 def client_ranks(client: Client) -> int:
     """Every job spans the whole cluster, one rank per PE (as in the paper, half the cluster for each)."""
-    return sum(n.pes for n in client.nodes() if n.state == "UP")
+    return sum(n.pes for n in client.nodes() if n.state == p.NodeState.UP)
 
 
 def measure_unit(work: Path, nodes: int, pes: int, length: float, repeats: int) -> list[float]:
     """The building block alone under batch, start to end, in seconds."""
     scenario = build("alone", length, nodes, pes)
     times = []
-    with running_cluster(work / "unit", nodes, "batch", pes_per_node=pes) as cluster, cluster.client() as c:
+    with (
+        running_cluster(work / "unit", nodes, p.Policy.BATCH, pes_per_node=pes) as cluster,
+        cluster.client() as c,
+    ):
         for _ in range(repeats):
             times.append(run_scenario(c, scenario, work, length).turnaround)
     return times
@@ -125,7 +128,10 @@ def run(
         for rep in range(repeats):
             for label in policies if rep % 2 == 0 else list(reversed(policies)):
                 policy, settings = parse_policy(label)
-                mm: dict[str, object] = {"mpl": 1 if policy == "batch" else 3, "slice": slice_ms / 1000}
+                mm: dict[str, object] = {
+                    "mpl": 1 if policy == p.Policy.BATCH else 3,
+                    "slice": slice_ms / 1000,
+                }
                 fcs = {k: setting_value(v) for k, v in settings.items()}
                 directory = work / f"{policy}-{len(settings)}-{rep}"
                 with (
@@ -274,7 +280,7 @@ def markdown(result: Json) -> str:
             )  # fmt: skip
         best = min(rows, key=lambda policy: rows[policy]["best"]["turnaround"])
         if any(row["profile_shares"] for row in rows.values()):
-            note = "" if best == "fcs" else f" FCS is not the best here ({best} is):"
+            note = "" if best == p.Policy.FCS else f" FCS is not the best here ({best} is):"
             lines += ["", f"Where the time went.{note}", "", *profile_table(rows)]
         lines.append("")
     return "\n".join(lines)

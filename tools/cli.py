@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.jobs import WAIT_EXIT_CODES, JobState, expand_path
+from storm.mm.jobs import WAIT_EXIT_CODES
+from storm.mm.slurm_style import expand_path
 from storm.tools import views
 from storm.tools.client import Client, ClientError, default_local_dir
 
@@ -179,8 +180,8 @@ def wait_for_job(client: Client, job_id: int) -> int:
         print(f"storm: cancelling job {job_id} (Ctrl-C again to stop waiting)", file=sys.stderr)
         client.cancel((job_id,))
         job = client.wait(job_id)
-    state = JobState(job.state)
-    if state is JobState.COMPLETED:
+    state = p.JobState(job.state)
+    if state is p.JobState.COMPLETED:
         return 0
     print(f"storm: job {job_id} {job.state}: {job.reason}", file=sys.stderr)
     return WAIT_EXIT_CODES.get(state) or job.exit_code or 1
@@ -230,20 +231,21 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     if args.nodes < 1:
         raise UsageError("--nodes must be at least 1")
     pes = args.pes_per_node or max(1, len(os.sched_getaffinity(0)) // args.nodes)
-    mpl = args.mpl if args.mpl is not None else (1 if args.policy == "batch" else 2)
-    if args.policy == "batch" and mpl != 1:
+    policy = p.Policy(args.policy)
+    mpl = args.mpl if args.mpl is not None else (1 if policy is p.Policy.BATCH else 2)
+    if policy is p.Policy.BATCH and mpl != 1:
         raise UsageError("batch runs one job per PE: --mpl needs --policy gang")
     if mpl < 1 or args.slice_ms <= 0:
         raise UsageError("--mpl must be at least 1 and --slice-ms positive")
     settings: dict[str, object] = {"mpl": mpl, "slice": args.slice_ms / 1000}
     cluster = LocalCluster(
-        dir=directory, nodes=args.nodes, pes_per_node=pes, policy=args.policy, mm_settings=settings
+        dir=directory, nodes=args.nodes, pes_per_node=pes, policy=policy, mm_settings=settings
     )
     cluster.up()
     scheduling = {
-        "batch": "batch",
-        "sb": f"spin-block, MPL {mpl}",
-    }.get(args.policy, f"{args.policy}, MPL {mpl}, {args.slice_ms:g} ms slices")
+        p.Policy.BATCH: "batch",
+        p.Policy.SB: f"spin-block, MPL {mpl}",
+    }.get(policy, f"{policy}, MPL {mpl}, {args.slice_ms:g} ms slices")
     print(f"storm local cluster up: {args.nodes} node(s) x {pes} PE(s), {scheduling}, state in {directory}")
     if directory != default_local_dir():
         print(f"  point the CLI at it with: export STORM_LOCAL_DIR={directory}")
@@ -334,8 +336,7 @@ def add_cluster_commands(sub: Any) -> None:
     lo.add_argument("--pes-per-node", "-P", type=int, default=0, help="PEs per node (default: CPUs / nodes)")
     lo.add_argument("--dir", help=f"state directory (default {default_local_dir()})")
     lo.add_argument("--detach", "-d", action="store_true", help="return once all nodes registered")
-    policies = ("batch", "gang", "sb", "fcs")
-    lo.add_argument("--policy", choices=policies, default="batch", help="scheduling (default batch)")
+    lo.add_argument("--policy", choices=p.POLICIES, default=p.Policy.BATCH, help="scheduling (default batch)")
     lo.add_argument("--mpl", type=int, help="rows of the matrix: jobs sharing a PE (default 2 but in batch)")
     lo.add_argument("--slice-ms", type=float, default=100.0, help="time slice in ms (gang, fcs; default 100)")
     lo.set_defaults(func=cmd_local)

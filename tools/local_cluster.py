@@ -36,13 +36,13 @@ from pathlib import Path
 import zmq
 
 from storm.mm.keys import curve_client, read_keypair, read_public_key, write_keypair
+from storm.mm.protocol import NodeState, Policy
 from storm.mpihook.stats import cluster_token
-from storm.nm.processes import LinuxProcesses
+from storm.nm import procfs
 from storm.tools.client import Client, ClientError
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
-_proc = LinuxProcesses()
 
 
 CLUSTER_NAME = "local"
@@ -73,11 +73,12 @@ class Daemon:
         """Still the process we started (a reused pid has another start time) and not a zombie."""
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, os.WNOHANG)  # reap it if it is our own child that exited
-        return _proc.start_time(self.pid) == self.start_time
+        return procfs.start_time(self.pid) == self.start_time
 
     def signal(self, sig: int) -> None:
         if self.alive():
-            _proc.signal(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, sig)
 
 
 @dataclass
@@ -85,7 +86,7 @@ class LocalCluster:
     dir: Path
     nodes: int = 2
     pes_per_node: int = 1
-    policy: str = "batch"
+    policy: str = Policy.BATCH
     # Each NM writes one line per heartbeat to nodes/<name>/trace (see nm/switcher.py): for tests, benchmarks.
     trace: bool = False
     mm_settings: dict[str, object] = field(default_factory=dict)
@@ -188,7 +189,7 @@ class LocalCluster:
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True
             )
         proc.returncode = 0  # it outlives this Popen object; `down` stops it by pid and start time
-        start = _proc.start_time(proc.pid)
+        start = procfs.start_time(proc.pid)
         if start is None:
             raise LocalClusterError(f"{name} exited at once; see {log}")
         return Daemon(name=name, pid=proc.pid, start_time=start, log=str(log))
@@ -288,7 +289,7 @@ class LocalCluster:
                 for d in self.nms:
                     if not d.alive():
                         raise LocalClusterError(f"{d.name} exited during start-up:\n{tail(d.log)}")
-                up = {n.name for n in client.nodes() if n.state == "UP" and not n.reason}
+                up = {n.name for n in client.nodes() if n.state == NodeState.UP and not n.reason}
                 return set(names) <= up
 
             wait_for(registered, timeout, f"nodes {', '.join(names)} to register", interval=0.05)
@@ -386,5 +387,5 @@ def status(directory: Path) -> str:
             nodes = client.nodes()
     except ClientError as exc:
         return f"local cluster in {directory}: storm-mm not answering ({exc})"
-    up = sum(1 for n in nodes if n.state == "UP")
+    up = sum(1 for n in nodes if n.state == NodeState.UP)
     return f"local cluster in {directory}: {up}/{len(nodes)} nodes up, endpoint {cluster.endpoint}"

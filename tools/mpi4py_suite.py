@@ -43,7 +43,7 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]  # no stubs in the dev dependencies
 
-from storm.mm.protocol import JobInfo
+from storm.mm.protocol import JobInfo, JobState, Policy
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 
@@ -53,7 +53,6 @@ SOURCE_ENV = "STORM_MPI4PY_SRC"
 # "hang": it was running when its module reached its time limit.
 OUTCOMES = ("pass", "skip", "fail", "error", "missing", "crash", "hang")
 GOOD = frozenset({"pass", "skip"})
-ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"})
 POLL = 0.05
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL for an mpiexec run past its limit
 WAIT_SLACK = 60.0  # how long past its time limit storm gets to end a job before we cancel it ourselves
@@ -508,11 +507,12 @@ class Suite:
     ) -> ModuleRun | None:
         """The module's run if its job has ended (or has overrun its limit so far that we cancel it)."""
         overdue = time.monotonic() - job.submitted > job.limit * in_flight + WAIT_SLACK
-        if polled.state not in ENDED and not overdue:
+        ended = JobState(polled.state).terminal
+        if not ended and not overdue:
             return None
-        if polled.state in ENDED:
+        if ended:
             info = polled
-            status = {"COMPLETED": "ok", "TIMEOUT": "hang"}.get(info.state, "crash")
+            status = {JobState.COMPLETED: "ok", JobState.TIMEOUT: "hang"}.get(JobState(info.state), "crash")
             note = f"job {info.id} {info.state}" + (f": {info.reason}" if info.reason else "")
         else:  # storm did not stop it at its limit: that is a bug of its own
             client.cancel((polled.id,))
@@ -547,7 +547,7 @@ def storm_limits(baseline: SuiteRun, factor: float, minimum: float, default: flo
 def storm_cluster(directory: Path, policy: str, ranks: int, mpl: int = 1) -> Iterator[LocalCluster]:
     """A throwaway local cluster for ``ranks``-rank jobs: two node managers, so that every job spans two
     NMs, with ``ranks / 2`` PEs each (4 ranks: two per NM, so ranks share NMs too)."""
-    settings: dict[str, object] = {} if policy == "batch" else {"mpl": mpl}
+    settings: dict[str, object] = {} if policy == Policy.BATCH else {"mpl": mpl}
     cluster = LocalCluster(
         dir=directory, nodes=2, pes_per_node=max(1, (ranks + 1) // 2), policy=policy, mm_settings=settings,
         nm_settings={"kill_grace": 1.0},

@@ -19,10 +19,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from storm.mm.protocol import ProfileEntry
+from storm.mm.protocol import POLICIES, ProfileEntry
 
 GRANULARITY = 0.001
-POLICIES = ("batch", "gang", "sb", "fcs")
 
 # The paper's completion time of each job and its turnaround and mean response, per algorithm, in seconds
 # (FCFS is batch here, GS gang). Its building block ran 60 s alone.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.jobs import format_duration
+from storm.mm.slurm_style import format_duration
 from storm.tools.client import Client
 
 
@@ -112,11 +112,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def render_matrix(view: p.MatrixView) -> str:
     """Rows of the matrix, the active one marked with '*'; '.' for a free PE."""
-    if view.policy in ("gang", "fcs"):
+    policy = p.Policy(view.policy)
+    if policy.cycles:
         active = "-" if view.active_row is None else str(view.active_row)
-        name = "gang scheduling" if view.policy == "gang" else "flexible coscheduling (FCS)"
+        name = "flexible coscheduling (FCS)" if policy.classifies else "gang scheduling"
         title = f"{name}, MPL {view.mpl}, {view.slice * 1000:g} ms slices, active row {active}"
-    elif view.policy == "sb":
+    elif policy.spin_block:
         title = f"spin-block scheduling, MPL {view.mpl} (every job runs all the time; waits spin, then block)"
     else:
         title = "batch scheduling (one row: every job runs all the time)"
@@ -167,7 +168,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.profile:
         return print_profile(view)
     if not view.ranks:
-        live = view.state in ("PENDING", "STARTING", "RUNNING")
+        live = not p.JobState(view.state).terminal
         print(
             f"job {view.job_id} ({view.state}): "
             + ("no statistics yet" if live else "statistics are kept while a job runs")

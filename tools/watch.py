@@ -13,7 +13,7 @@ import time
 from storm.mm import protocol as p
 from storm.tools.client import Client
 
-COLOURS = {"CS": "\033[42;30m", "F": "\033[43;30m", "DC": "\033[44;37m"}
+COLOURS: dict[str, str] = {p.Klass.CS: "\033[42;30m", p.Klass.F: "\033[43;30m", p.Klass.DC: "\033[44;37m"}
 RESET = "\033[0m"
 CLEAR = "\033[H\033[2J"
 ALT_SCREEN_ON = "\033[?1049h\033[?25l"  # the alternate screen, cursor hidden
@@ -27,7 +27,7 @@ def frame(view: p.MatrixView, processes: tuple[p.RankStats, ...], jobs: list[p.J
         [9, *(len(c) + 1 for c in view.columns), *(len(str(j)) + 4 for row in view.cells for j in row)]
     )
     when = time.strftime("%H:%M:%S")
-    if view.policy in ("gang", "fcs"):
+    if p.Policy(view.policy).cycles:
         active = "-" if view.active_row is None else str(view.active_row)
         head = f"policy {view.policy}, MPL {view.mpl}, {view.slice * 1000:g} ms slices, active row {active}"
     else:
@@ -43,10 +43,10 @@ def frame(view: p.MatrixView, processes: tuple[p.RankStats, ...], jobs: list[p.J
         marker = "*" if index == view.active_row else " "
         lines.append(f"{marker} {index:<3} " + "".join(cells))
     if colour:
-        lines.append("       " + "  ".join(f"{COLOURS[k]} {k} {RESET}" for k in ("CS", "F", "DC")))
+        lines.append("       " + "  ".join(f"{COLOURS[k]} {k} {RESET}" for k in p.CLASSES))
     lines += ["", f"{'JOBID':<6} {'NAME':<16} {'USER':<10} {'STATE':<10} {'RANKS':>5}  NODES / REASON"]
     for job in jobs:
-        where = ",".join(job.nodes) if job.state in ("STARTING", "RUNNING") else job.reason or "-"
+        where = ",".join(job.nodes) if p.JobState(job.state).active else job.reason or "-"
         lines.append(
             f"{job.id:<6} {job.name[:16]:<16} {job.user[:10]:<10} {job.state:<10} {job.ranks:>5}  {where}"
         )
