@@ -261,3 +261,45 @@ def test_name_answers_go_to_the_shell_that_asked(tmp_path: Path) -> None:
     assert shell_says(node, 7, ask).to_mm == [ask]
     answer = p.PmiNameResult(job_id=7, seq=3, ok=True, port="tcp://x")
     assert node.from_mm(answer, T0).to_shells == [(SHELL, answer)]
+
+
+def test_rows_move_with_the_mm_and_a_moved_job_runs_in_its_new_row(tmp_path: Path) -> None:
+    node, fake, _ = make(tmp_path)
+    node.from_mm(registered("gang"), T0)
+    start(node, fake, 7, row=0)
+    second = start(node, fake, 8, row=1)
+    node.heartbeat(beat(1, 0), T0, T0)
+    assert fake.stopped == set(second.values())
+    node.from_mm(p.JobRows(rows={"8": 0}), T0)  # the MM packed job 8 into row 0
+    node.heartbeat(beat(2, 0), T0 + 0.1, T0 + 0.1)
+    assert fake.stopped == set() and node.switcher.units[(8, 0)].row == 0
+
+
+def test_spawned_processes_follow_their_job_and_a_failed_one_fails_it(tmp_path: Path) -> None:
+    node, fake, _ = make(tmp_path)
+    node.from_mm(registered("gang"), T0)
+    start(node, fake, 7, row=1)
+    shell = node.jobs[7].shell_pid
+    child = fake.spawn()
+    fake.sessions[shell].append(child)
+    spawned = p.Spawned(job_id=7, world=1, parent=0, pids={"0": child}, pes={"0": 0})
+    assert shell_says(node, 7, spawned).to_mm == [p.JobSpawned(job_id=7, node="n0", world=1, processes=1)]
+    node.heartbeat(beat(1, 0), T0, T0)  # row 0 runs: job 7's ranks and its child stop
+    assert child in fake.stopped
+    failed = p.RankExit(rank=0, exit_code=4)
+    out = shell_says(node, 7, p.SpawnExited(job_id=7, world=1, exit=failed))
+    (failure,) = out.to_mm
+    assert isinstance(failure, p.SpawnFailed) and failure.exit == failed and out.escalate == [7]
+    stranger = fake.spawn()  # not in the shell's session: refused
+    bogus = p.Spawned(job_id=7, world=2, parent=0, pids={"0": stranger}, pes={"0": 0})
+    assert shell_says(node, 7, bogus) == Outcome()
+
+
+def test_an_aborted_rank_fails_the_job_but_a_hello_changes_nothing(tmp_path: Path) -> None:
+    node, fake, _ = make(tmp_path)
+    start(node, fake, 7)
+    assert shell_says(node, 7, p.ShellHello(job_id=7, pid=node.jobs[7].shell_pid)) == Outcome()
+    aborted = p.RankExit(rank=0, exit_code=1)
+    out = shell_says(node, 7, p.RankAborted(job_id=7, exit=aborted))
+    assert out.to_mm == [p.RankFailed(job_id=7, node="n0", exit=aborted)] and node.jobs[7].killing
+    assert node.from_mm(p.Error(code="x", text="y"), T0) == Outcome()  # logged only

@@ -355,7 +355,9 @@ def add_cluster_commands(sub: Any) -> None:
         "scenarios: the FCS paper's workloads under every policy; system: launch, gang and hook in one "
         "table; mpi4py: mpi4py's own test suite under storm's policies against mpiexec"
     )
-    b.add_argument("which", choices=("launch", "gang", "hook", "scenarios", "system", "mpi4py"), help=kinds)
+    b.add_argument(
+        "which", choices=("launch", "gang", "hook", "scenarios", "system", "mpi4py", "classes"), help=kinds
+    )
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)
 
