@@ -193,7 +193,7 @@ class Controller:
                 infos = self.job_infos((msg.job_id,), now=now)
                 if not infos:
                     raise Rejected("unknown_job", f"no job {msg.job_id}")
-                if JobState(infos[0].state).active:
+                if not JobState(infos[0].state).terminal:
                     out.append(Wait(job_id=msg.job_id, req=msg.req))
                     return None
                 return p.JobList(req=msg.req, jobs=tuple(infos))

@@ -241,11 +241,11 @@ def profile_table(rows: Json) -> list[str]:
 
 def markdown(result: Json) -> str:
     """One table per scenario, in seconds and in building-block units beside the paper's."""
-    p = result["parameters"]
+    given = result["parameters"]
     lines = [
-        f"Building block (1 ms BSP ring, {p['length']:g} s of computation) alone under batch: "
-        f"{result['unit']:.2f} s = 1 unit. {p['nodes']} node(s) x {p['pes_per_node']} PE, MPL 3, "
-        f"{p['slice_ms']:g} ms slices, best of {p['repeats']} (median in brackets).",
+        f"Building block (1 ms BSP ring, {given['length']:g} s of computation) alone under batch: "
+        f"{result['unit']:.2f} s = 1 unit. {given['nodes']} node(s) x {given['pes_per_node']} PE, MPL 3, "
+        f"{given['slice_ms']:g} ms slices, best of {given['repeats']} (median in brackets).",
         "",
     ]
     for name, rows in result["summary"].items():
