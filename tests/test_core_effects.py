@@ -186,7 +186,6 @@ def test_a_waiting_client_is_answered_when_its_job_ends(ctl: Controller) -> None
     assert (ended.info.id, ended.info.state) == (1, "COMPLETED")
 
 
-
 def test_waiting_for_a_queued_job_waits_for_its_end_not_its_start(ctl: Controller) -> None:
     """A PENDING job is neither active nor ended: `storm wait` must hold, not answer with PENDING."""
     ctl.handle(node("n1"), T0, FromNode("n1"))
@@ -194,6 +193,7 @@ def test_waiting_for_a_queued_job_waits_for_its_end_not_its_start(ctl: Controlle
     ctl.handle(job(2), T0, ALICE)  # batch: one job per PE, so job 2 waits for job 1
     assert [i.state for i in ctl.job_infos((1, 2), now=T0)] == ["STARTING", "PENDING"]
     assert ctl.handle(p.WaitJob(req=6, job_id=2), T0, ALICE) == [Wait(job_id=2, req=6)]
+
 
 # ---------------------------------------------------------------------------------------------- cost
 
