@@ -294,6 +294,9 @@ class LocalJobs:
         self.switcher.remove(job.launch.job_id)  # no more time slices: it is continued to be terminated
         log.info("job %d: stopping its ranks (%s)", job.launch.job_id, reason)
         if job.shell_pid:
+            # Frozen first: UCX names a segment, maps it and unlinks it later, so a rank still running could
+            # create one after the list is taken and leave it behind when the SIGTERM below ends it.
+            self._signal_ranks(job, (signal.SIGSTOP,))
             members = [pid for pid in self.os.session_members(job.shell_pid) if pid != job.shell_pid]
             job.mapped_shm = {n for n in self.os.mapped_shm(members) if n.startswith(UCX_SHM_PREFIX)}
         self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))

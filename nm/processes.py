@@ -81,7 +81,10 @@ class Processes(Protocol):
         ...
 
     def mapped_shm(self, pids: Collection[int]) -> set[str]:
-        """The /dev/shm entries (names) these live processes map; gone processes map nothing."""
+        """The /dev/shm entries (names) these live processes map or hold open; gone processes hold nothing.
+
+        Open descriptors count too: a segment is opened before it is mapped, and one killed in between
+        leaves its name behind all the same."""
         ...
 
 
@@ -172,6 +175,12 @@ class LinuxProcesses:
                     path = line.split(maxsplit=5)[5:]
                     if path and path[0].startswith(prefix):
                         found.add(path[0][len(prefix) :].removesuffix(" (deleted)"))
+            with contextlib.suppress(OSError):
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    with contextlib.suppress(OSError):
+                        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                        if target.startswith(prefix):
+                            found.add(target[len(prefix) :].removesuffix(" (deleted)"))
         return {name for name in found if "/" not in name}
 
     def remove_shm(self, names: Collection[str]) -> list[str]:

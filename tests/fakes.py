@@ -31,6 +31,8 @@ class FakeProcesses:
         self.shm: set[str] = set()  # /dev/shm entries that exist
         self.removed: list[str] = []
         self.cpu: dict[int, int] = {}
+        self.holds: dict[int, set[str]] = {}  # pid -> /dev/shm entries it maps or holds open
+        self.held_asked: list[dict[int, bool]] = []  # per mapped_shm call: pid -> was it stopped then
 
     def spawn(self) -> int:
         pid, self.next_pid = self.next_pid, self.next_pid + 1
@@ -91,7 +93,8 @@ class FakeProcesses:
         return removed
 
     def mapped_shm(self, pids: Collection[int]) -> set[str]:
-        return set()
+        self.held_asked.append({pid: pid in self.stopped for pid in pids})
+        return {name for pid in pids if pid not in self.gone for name in self.holds.get(pid, ())}
 
 
 @dataclass

@@ -135,7 +135,7 @@ def test_every_rank_spawns_on_its_own_node_with_mpi4py(client: Client, tmp_path:
     job = run_job(client, [sys.executable, str(script)], 2, tmp_path)
     out = (tmp_path / f"storm-{job.id}.out").read_text()
     assert (job.state, job.exit_code) == ("COMPLETED", 0), out
-    assert sorted(re.findall(r"rank (\d) on (\S+) children on", out)) == [("0", "node0"), ("1", "node1")]
+    assert sorted(re.findall(r"rank (\d) on (\S+) children on", out)) == [("0", "node0"), ("1", "node1")], out
     assert spawns(client, job.id) == p.SpawnsView(job_id=job.id, spawns=2, processes=4)
 
 

@@ -110,6 +110,20 @@ def test_a_shell_message_from_another_process_changes_nothing(tmp_path: Path) ->
     assert node.from_shell(SHELL, p.ShellHello(job_id=8, pid=1), (1, 0), T0) == Outcome()  # unknown job
 
 
+def test_a_kill_freezes_the_ranks_before_listing_their_ucx_segments_and_sweeps_them(tmp_path: Path) -> None:
+    """A rank still running while the list is taken could name a segment after it and leave it behind."""
+    node, fake, _ = make(tmp_path)
+    node.from_mm(registered(), T0)
+    pids = start(node, fake, 7)
+    fake.holds[pids[0]] = {"ucx_shm_posix_1a2b", "mpich_shm_other"}
+    fake.shm |= {"ucx_shm_posix_1a2b", "ucx_shm_posix_ffff"}  # the second is no process of the job's
+    node.from_mm(p.KillJob(job_id=7, reason="cancelled"), T0)
+    assert fake.held_asked == [dict.fromkeys(pids.values(), True)]
+    exits = (p.RankExit(rank=0, signal=15), p.RankExit(rank=1, signal=15))
+    shell_says(node, 7, p.ShellDone(job_id=7, exits=exits))
+    assert "ucx_shm_posix_1a2b" in fake.removed and fake.shm == {"ucx_shm_posix_ffff"}
+
+
 def test_a_kill_terms_the_ranks_then_kills_after_the_grace_and_the_report_is_acked_away(
     tmp_path: Path,
 ) -> None:
