@@ -394,10 +394,12 @@ class Controller:
         was_draining = bool(node.stale)
         node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
         echoes_over = self.runs.echoes.heard(msg.node, msg.jobs)
+        launched = set(msg.launched)
         for job_id in msg.jobs:
             job = self.runs.active.get(job_id)
             if job is not None and job.state is JobState.STARTING and msg.node in job.nodes:
-                self._launched(job, msg.node, now)  # the launch report may have been lost
+                if job_id in launched:
+                    self._launched(job, msg.node, now)  # the launch report may have been lost
             elif self._stop_if_over(msg.node, job_id, out):
                 out.append(Send(msg.node, p.KillJob(job_id=job_id, reason="the job has ended")))
         if (was_draining and not node.stale) or echoes_over:

@@ -604,7 +604,10 @@ class NodeStatus(Message):
     node: str
     nm_epoch: str
     mm_epoch: str
-    jobs: tuple[int, ...] = ()
+    jobs: tuple[int, ...] = ()  # every job the node holds, its shell starting or its report not yet acked
+    # Those of them whose ranks have all started: the MM takes this as a job_launched it may have missed. Not
+    # ``jobs``, whose shells may still be starting (a job was shown RUNNING before its output file existed).
+    launched: tuple[int, ...] = ()
     switches: int = 0
     switch_p50_ms: float = 0.0
     switch_p99_ms: float = 0.0

@@ -138,6 +138,7 @@ class Node:
         out: list[p.Message] = [
             p.NodeStatus(
                 node=self.name, nm_epoch=self.epoch, mm_epoch=self.following.mm_epoch, jobs=tuple(self.jobs),
+                launched=tuple(j.job_id for j in self.jobs.values() if j.ranks_known and j.done is None),
                 switches=switches, switch_p50_ms=p50, switch_p99_ms=p99,
             )
         ]  # fmt: skip

@@ -158,9 +158,18 @@ def reg(
 
 
 def status(
-    ctl: Core, node: str, now: float, jobs: tuple[int, ...] = (), nm: str = "e1"
+    ctl: Core,
+    node: str,
+    now: float,
+    jobs: tuple[int, ...] = (),
+    nm: str = "e1",
+    launched: tuple[int, ...] | None = None,
 ) -> p.Reregister | None:
-    msg = p.NodeStatus(node=node, nm_epoch=f"{node}-{nm}", mm_epoch=ctl.mm_epoch, jobs=jobs)
+    """The node lists ``jobs``, whose ranks have all started unless ``launched`` says which did."""
+    msg = p.NodeStatus(
+        node=node, nm_epoch=f"{node}-{nm}", mm_epoch=ctl.mm_epoch, jobs=jobs,
+        launched=jobs if launched is None else launched,
+    )  # fmt: skip
     return ctl.node_status(msg, now)
 
 
@@ -507,6 +516,18 @@ def test_status_listing_a_starting_job_marks_it_launched(store: Store) -> None:
     status(ctl, "n2", T0 + 2, jobs=(job_id,))
     assert state(ctl, job_id) is S.RUNNING
     assert kills(ctl.outbox) == set()
+
+
+def test_a_listed_job_whose_shell_is_still_starting_stays_starting(store: Store) -> None:
+    """A node holds the job, but its ranks have not started yet (a slow fork): not RUNNING until they have."""
+    ctl = two_nodes(store)
+    job_id = submit(ctl, 2)
+    status(ctl, "n1", T0 + 1, jobs=(job_id,))
+    status(ctl, "n2", T0 + 2, jobs=(job_id,), launched=())
+    assert state(ctl, job_id) is S.STARTING
+    assert kills(take(ctl)) == set()
+    status(ctl, "n2", T0 + 3, jobs=(job_id,))
+    assert state(ctl, job_id) is S.RUNNING
 
 
 def test_register_reports_stale_jobs(store: Store) -> None:

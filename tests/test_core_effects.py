@@ -71,7 +71,10 @@ def workload(store: Storage, seed: int | str) -> list[bytes]:
     def status(now: float, *names: str) -> None:
         for name in names:
             listed = tuple(j.id for j in ctl.runs.active.values() if name in j.nodes)
-            from_node(p.NodeStatus(node=name, nm_epoch=f"{name}-e1", mm_epoch="mm-1", jobs=listed), now)
+            from_node(
+                p.NodeStatus(node=name, nm_epoch=f"{name}-e1", mm_epoch="mm-1", jobs=listed, launched=listed),
+                now,
+            )
 
     for name in ("n1", "n2", "n3"):
         from_node(node(name), T0)

@@ -317,3 +317,15 @@ def test_an_aborted_rank_fails_the_job_but_a_hello_changes_nothing(tmp_path: Pat
     out = shell_says(node, 7, p.RankAborted(job_id=7, exit=aborted))
     assert out.to_mm == [p.RankFailed(job_id=7, node="n0", exit=aborted)] and node.jobs[7].killing
     assert node.from_mm(p.Error(code="x", text="y"), T0) == Outcome()  # logged only
+
+
+def test_node_status_names_a_job_launched_only_once_its_ranks_have_started(tmp_path: Path) -> None:
+    """The MM takes a launched listing for a lost job_launched: a shell still forking must not count."""
+    node, fake, _ = make(tmp_path)
+    node.from_mm(registered(), T0)
+    node.from_mm(launch(7), T0)
+    [status] = [m for m in node.reports() if isinstance(m, p.NodeStatus)]
+    assert (status.jobs, status.launched) == ((7,), ())
+    start(node, fake, 8)
+    [status] = [m for m in node.reports() if isinstance(m, p.NodeStatus)]
+    assert (status.jobs, status.launched) == ((7, 8), (8,))
