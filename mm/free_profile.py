@@ -36,6 +36,9 @@ class FreeProfile:
         # Width -> the first time at which that many PEs were seen free. Free PEs only ever go down, so no
         # later search for that width can succeed earlier: the next one starts there.
         self._first: dict[int, float] = {}
+        # (width, duration) -> the last earliest start found: for the same reason, no later search for the
+        # same shape can succeed earlier. Queues repeat shapes (the same few widths and limits) often.
+        self._found: dict[tuple[int, float], float] = {}
 
     def fits(self, start: float, duration: float, ranks: int) -> bool:
         """Whether ``ranks`` PEs stay free from the step ``start`` for ``duration``. O(steps covered)."""
@@ -51,10 +54,12 @@ class FreeProfile:
     def earliest(self, ranks: int, duration: float) -> float:
         """The earliest step at which ``ranks`` PEs stay free for ``duration`` (``math.inf``: never, as
         far as the estimates tell). O(n) at worst; steps before the first with ``ranks`` free PEs that an
-        earlier search for the same width saw are not visited again."""
+        earlier search for the same width saw, or before the start an earlier search for the same width and
+        duration found, are not visited again."""
         times, free = self.times, self.free
         n = len(times)
-        i = bisect_left(times, self._first.get(ranks, times[0]))
+        shape = (ranks, duration)
+        i = bisect_left(times, max(self._first.get(ranks, times[0]), self._found.get(shape, times[0])))
         seen = False
         while i < n:
             if free[i] < ranks:
@@ -68,10 +73,12 @@ class FreeProfile:
             while j < n and times[j] < end and free[j] >= ranks:
                 j += 1
             if j == n or times[j] >= end:
+                self._found[shape] = times[i]
                 return times[i]
             i = j + 1  # every start up to step j would cover step j, which has too few
         if not seen:
             self._first[ranks] = math.inf
+        self._found[shape] = math.inf
         return math.inf
 
     def take(self, start: float, duration: float, ranks: int) -> None:
