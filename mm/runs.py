@@ -189,6 +189,8 @@ class RunTable:
         self.reports = Reports(store)
         self.names = Names()
         self.pass_due = False  # see want_pass
+        # Each queued job as the scheduler sees it, made once rather than in every pass (a long queue).
+        self._queued: dict[int, QueuedJob] = {}
         self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
 
     def job(self, job_id: int) -> Job | None:
@@ -245,11 +247,12 @@ class RunTable:
             self.reasons = {}
             return
         held = self.echoes.held(self.pending)
-        queue = [
-            QueuedJob(job_id=j.id, ranks=j.spec.ranks, time_limit=j.spec.time_limit)
+        known = self._queued
+        self._queued = {
+            j.id: known.get(j.id) or QueuedJob(job_id=j.id, ranks=j.spec.ranks, time_limit=j.spec.time_limit)
             for j in self.pending.values()
-            if j.id not in held
-        ]
+        }
+        queue = [q for job_id, q in self._queued.items() if job_id not in held]
         running = {
             j.id: RunningJob(job_id=j.id, start_time=j.start_time or now, time_limit=j.spec.time_limit)
             for j in self.active.values()

@@ -121,6 +121,11 @@ def schedule(
     mpl = matrix.mpl
     total = matrix.total_pes(usable_set)
     ends = {job_id: _estimated_end(now, running.get(job_id), mpl) for job_id in matrix.jobs()}
+    # Free usable PEs per row, kept up to date as jobs start: find() places a job in a row exactly when the
+    # row has that many, so a job that fits in no row is passed over without searching (a long queue behind
+    # a full cluster then costs a comparison per job, not a search).
+    free = [matrix.free_pes(row, usable_set) for row in range(mpl)]
+    most = max(free)
     starts: list[Start] = []
     reasons: dict[int, str] = {}
     reservation: Reservation | None = None
@@ -130,18 +135,23 @@ def schedule(
             reasons[job.job_id] = f"PartitionConfig: needs {job.ranks} PEs, the cluster has {total}"
             continue
         if reservation is None:
-            placement = matrix.find(job.ranks, usable_set)
+            placement = matrix.find(job.ranks, usable_set) if job.ranks <= most else None
             if placement is None:
                 reservation = _reserve(job, matrix, ends, usable_set)
                 reasons[job.job_id] = RESOURCES
                 continue
+        elif job.ranks > most:
+            reasons[job.job_id] = PRIORITY
+            continue
         else:
-            placement, extra = _backfill(now, job, matrix, reservation, usable_set)
+            placement, extra = _backfill(now, job, matrix, reservation, usable_set, free=free)
             if placement is None:
                 reasons[job.job_id] = PRIORITY
                 continue
             reservation = dataclasses.replace(reservation, extra=extra)
         matrix.assign(job.job_id, placement)
+        free[placement.row] -= len(placement.pes)
+        most = max(free)
         # The head's reservation, made later in this pass, must see this job ending at its estimate.
         ends[job.job_id] = now + runtime_estimate(job.time_limit, mpl)
         starts.append(Start(job.job_id, placement, backfilled=reservation is not None))
@@ -149,13 +159,16 @@ def schedule(
 
 
 def _check_queue(queue: Sequence[QueuedJob], matrix: Matrix) -> None:
+    ids = [job.job_id for job in queue]
+    if len(set(ids)) == len(ids) and matrix.jobs().keys().isdisjoint(ids):
+        return  # set operations: the check must not cost a long queue more than the pass itself
     seen: set[int] = set()
-    for job in queue:
-        if job.job_id in seen:
-            raise ValueError(f"job {job.job_id} is queued twice")
-        if matrix.placement_of(job.job_id) is not None:
-            raise ValueError(f"job {job.job_id} is queued but already in the matrix")
-        seen.add(job.job_id)
+    for job_id in ids:
+        if job_id in seen:
+            raise ValueError(f"job {job_id} is queued twice")
+        if matrix.placement_of(job_id) is not None:
+            raise ValueError(f"job {job_id} is queued but already in the matrix")
+        seen.add(job_id)
 
 
 def _estimated_end(now: float, job: RunningJob | None, mpl: int) -> float:
@@ -204,13 +217,18 @@ def _backfill(
     matrix: Matrix,
     reservation: Reservation,
     usable: Collection[str] | None,
+    *,
+    free: Sequence[int],
 ) -> tuple[Placement | None, int]:
-    """Where ``job`` may start without delaying the reservation, and the extra PEs left after it."""
+    """Where ``job`` may start without delaying the reservation, and the extra PEs left after it; ``free``:
+    each row's free usable PEs."""
     for row in range(matrix.mpl):
-        if row != reservation.row:
+        if row != reservation.row and free[row] >= job.ranks:
             placement = matrix.find(job.ranks, usable, row=row)
             if placement is not None:
                 return placement, reservation.extra
+    if free[reservation.row] < job.ranks:
+        return None, reservation.extra
     placement = matrix.find(job.ranks, usable, row=reservation.row)
     if placement is None:
         return None, reservation.extra
