@@ -218,7 +218,7 @@ class MachineManager:
         # Ready: the store is open, every socket bound and served, mm.json written.
         self.notify.ready(f"policy {self.core.policy}; nodes on {node}; clients on {client}")
         await self.stopping.wait()
-        log.info("storm-mm stopping")
+        log.info("storm-mm stopping after %d scheduling passes", self.core.runs.passes)
         self.notify.stopping()
         if self.pass_timer is not None:
             self.pass_timer.cancel()

@@ -113,9 +113,29 @@ def measure(mode: str, count: int, window: int, timeout: float) -> dict[str, obj
                 result = sequential(cluster.endpoint, count, tmp, timeout)
         finally:
             cluster.down()
+        passes = mm_passes(Path(cluster.mm.log) if cluster.mm else None)
     accepted = int(result["replies"].get("job_submitted", 0))  # type: ignore[attr-defined]
     seconds = float(result["seconds"])  # type: ignore[arg-type]
-    return {"mode": mode, "count": count, "accepted": accepted, "per_second": accepted / seconds, **result}
+    per_second = accepted / seconds
+    return {
+        "mode": mode,
+        "count": count,
+        "accepted": accepted,
+        "per_second": per_second,
+        "passes": passes,
+        **result,
+    }
+
+
+def mm_passes(log: Path | None) -> int | None:
+    """Scheduling passes the MM ran from start to stop, as it logs when it stops (None: not logged, as by a
+    storm-mm from before passes were coalesced, which ran one per submission)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines() if log else []
+    except OSError:
+        return None
+    found = [line.rsplit("after ", 1)[1].split()[0] for line in lines if "scheduling passes" in line]
+    return int(found[-1]) if found else None
 
 
 def code_version() -> str:
@@ -153,11 +173,13 @@ def main(argv: list[str] | None = None) -> int:
     modes = list(MODES) if args.mode == "both" else [args.mode]
     result = run(modes, args.count, args.window, args.timeout, args.json)
     print(f"code {result['code']}, {args.count} submissions of `true` (1 rank) into 2 nodes x 1 PE")
-    print(f"{'mode':>11} {'sent':>6} {'accepted':>9} {'seconds':>8} {'accepted/s':>11}  replies")
+    print(
+        f"{'mode':>11} {'sent':>6} {'accepted':>9} {'seconds':>8} {'accepted/s':>11} {'passes':>7}  replies"
+    )
     for r in result["runs"]:  # type: ignore[attr-defined]
         print(
             f"{r['mode']:>11} {r['sent']:>6} {r['accepted']:>9} {r['seconds']:>8.2f} {r['per_second']:>11.0f}"
-            f"  {r['replies']}"
+            f" {r['passes'] if r['passes'] is not None else '-':>7}  {r['replies']}"
         )
     print(f"raw figures: {args.json}")
     return 0
