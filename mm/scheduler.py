@@ -239,13 +239,16 @@ class _Pass:
 
 
 def _check_queue(queue: Sequence[QueuedJob], matrix: Matrix) -> None:
+    ids = [job.job_id for job in queue]
+    if len(set(ids)) == len(ids) and matrix.jobs().keys().isdisjoint(ids):
+        return  # set operations: the check must not cost a long queue more than the pass itself
     seen: set[int] = set()
-    for job in queue:
-        if job.job_id in seen:
-            raise ValueError(f"job {job.job_id} is queued twice")
-        if matrix.placement_of(job.job_id) is not None:
-            raise ValueError(f"job {job.job_id} is queued but already in the matrix")
-        seen.add(job.job_id)
+    for job_id in ids:
+        if job_id in seen:
+            raise ValueError(f"job {job_id} is queued twice")
+        if matrix.placement_of(job_id) is not None:
+            raise ValueError(f"job {job_id} is queued but already in the matrix")
+        seen.add(job_id)
 
 
 def _estimated_end(now: float, job: RunningJob | None, mpl: int) -> float:

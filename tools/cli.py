@@ -354,13 +354,11 @@ def add_cluster_commands(sub: Any) -> None:
         "launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost; "
         "scenarios: the FCS paper's workloads under every policy; system: launch, gang and hook in one "
         "table; mpi4py: mpi4py's own test suite under storm's policies against mpiexec; "
-        "schedule: one scheduling pass over long queues, per backfill mode (in memory, no cluster)"
+        "schedule: one scheduling pass over long queues, per backfill mode (in memory, no cluster); "
+        "submit: submissions accepted per second from one client connection"
     )
-    b.add_argument(
-        "which",
-        choices=("launch", "gang", "hook", "scenarios", "system", "mpi4py", "classes", "schedule"),
-        help=kinds,
-    )
+    which = ("launch", "gang", "hook", "scenarios", "system", "mpi4py", "classes", "schedule", "submit")
+    b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)
 
