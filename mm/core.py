@@ -6,6 +6,9 @@ Every message that arrives (a client's request, a node manager's report) goes th
 list of effects (mm/effects.py), which the driver carries out in order: the daemon in mm/daemon.py, the
 unit tests, a simulator (DESIGN.md section 6). The store (any mm/storage.py Storage) is written during the
 call, one transaction per stimulus, so everything is durable before any effect reaches a client or a node.
+No stimulus runs a scheduling pass: one that may let a queued job start only makes a pass due
+(:attr:`Controller.pass_due`), and the driver calls :meth:`Controller.schedule` when it likes (the daemon
+once per burst of messages, a simulator once per instant), so a burst of submissions costs one pass.
 Time is always an argument, and the random part of a run's kvsname comes from the ``nonce`` given.
 
 How a job's run goes from its start to its end (holding PEs, endings, requeues) is in mm/runs.py: the
@@ -25,7 +28,7 @@ from storm.mm.config import MMConfig
 from storm.mm.effects import Effect, Publish, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
-from storm.mm.listing import matrix_view, node_infos
+from storm.mm.listing import job_infos, matrix_view, node_infos
 from storm.mm.nodes import DOWN, NodeRegistry
 from storm.mm.rights import Credentials, may_manage, run_as_problem
 from storm.mm.runs import RunTable, spawn_counts
@@ -88,6 +91,7 @@ class Controller:
         self._recovered = True
         out: list[Effect] = []
         runs = self.runs
+        runs.want_pass()  # queued jobs wait for one, whatever else the restart found
         with self.store.transaction():
             self.registry.load(self.store.nodes(), now)
             runs.recover(now)
@@ -118,7 +122,8 @@ class Controller:
         return out if reply is None else [Reply(reply), *out]
 
     def tick(self, now: float) -> list[Effect]:
-        """Node liveness, time limits and stuck kills; call it a few times a second."""
+        """Node liveness, time limits and stuck kills; call it a few times a second. It always makes a pass
+        due (backfilling depends on the time), which the driver runs with :meth:`schedule` after it."""
         out: list[Effect] = []
         runs = self.runs
         with self.store.transaction():
@@ -145,8 +150,23 @@ class Controller:
                             track.done[name] = ()
                             track.written_off.add(name)
                     runs.maybe_finish(job.id, now, out)
-            runs.schedule(now, out)
+        runs.want_pass()
         return out
+
+    def schedule(self, now: float) -> list[Effect]:
+        """One scheduling pass over the queue if one is due, its launches as effects; [] (and no pass)
+        otherwise. Stored in one commit before any launch is returned."""
+        if not self.runs.pass_due:
+            return []
+        out: list[Effect] = []
+        with self.store.transaction():
+            self.runs.schedule(now, out)
+        return out
+
+    @property
+    def pass_due(self) -> bool:
+        """Something may have let a queued job start since the last pass (see :meth:`schedule`)."""
+        return self.runs.pass_due
 
     def heartbeat(self, now: float) -> list[Effect]:
         """The next time slice under gang scheduling (nothing in batch): call it once per slice."""
@@ -238,8 +258,8 @@ class Controller:
             )
         job = self.store.add_job(spec, now)
         self.runs.pending[job.id] = job
-        self.runs.schedule(now, out)
-        return self.runs.active.get(job.id) or self.runs.pending.get(job.id) or job
+        self.runs.want_pass()
+        return job
 
     def _cancel(
         self, job_ids: tuple[int, ...], caller: Credentials, now: float, out: list[Effect]
@@ -261,7 +281,7 @@ class Controller:
             else:
                 runs.end(job, JobState.CANCELLED, f"cancelled by {caller.user}", now, out)
                 results[str(job_id)] = "cancelled" if job_id not in runs.active else "cancelling"
-        runs.schedule(now, out)
+        runs.want_pass()
         return results
 
     # Queries: what the replies above are made of (tests read them directly too).
@@ -270,26 +290,7 @@ class Controller:
         self, job_ids: tuple[int, ...] = (), everything: bool = False, now: float | None = None
     ) -> list[p.JobInfo]:
         """Jobs by id, or the active ones (all with ``everything``); ``now`` updates suspended times."""
-        runs = self.runs
-        live = {**runs.pending, **runs.active}
-        if job_ids:
-            jobs = [runs.job(i) for i in job_ids]
-            found = [j for j in jobs if j is not None]
-        elif everything:
-            found = [live.get(j.id, j) for j in self.store.jobs()]
-        else:
-            found = sorted(live.values(), key=lambda j: j.id)
-        infos = []
-        for job in found:
-            info = job.info()
-            if job.state is JobState.PENDING and job.id in runs.reasons:
-                waits = runs.reasons[job.id]
-                info = dataclasses.replace(info, reason=f"{waits} ({job.reason})" if job.requeues else waits)
-            if job.id in runs.active and now is not None:
-                warning = runs.reports.hang(job, now, self.config.hang_warning)
-                info = dataclasses.replace(info, suspended_time=runs.suspended(job, now), warning=warning)
-            infos.append(info)
-        return infos
+        return job_infos(self.runs, self.config.hang_warning, job_ids, everything, now)
 
     def stats_view(self, job_id: int, now: float) -> p.StatsView:
         job = self.runs.job(job_id)
@@ -364,7 +365,7 @@ class Controller:
                 self._launched(starting, msg.node, now)  # re-adopted by a restarted NM before it reported
             self._stop_if_over(msg.node, job_id, out)
         log.info("node %s registered with %d PEs (%s)", msg.node, msg.pes, msg.address or "no address")
-        runs.schedule(now, out)
+        runs.want_pass()
         rows = {str(j.id): j.row or 0 for j in runs.active.values() if msg.node in j.nodes}
         return p.NodeRegistered(
             node=msg.node,
@@ -401,7 +402,7 @@ class Controller:
             elif self._stop_if_over(msg.node, job_id, out):
                 out.append(Send(msg.node, p.KillJob(job_id=job_id, reason="the job has ended")))
         if (was_draining and not node.stale) or echoes_over:
-            self.runs.schedule(now, out)
+            self.runs.want_pass()
         return None
 
     def _stop_if_over(self, node_name: str, job_id: int, out: list[Effect]) -> bool:
@@ -467,7 +468,7 @@ class Controller:
             if node is not None and msg.job_id in node.stale:
                 node.stale.discard(msg.job_id)
                 if not node.stale:
-                    runs.schedule(now, out)
+                    runs.want_pass()
             return None  # a re-sent report, or the last word from a node that was written off
         track = runs.tracking[job.id]
         track.done[msg.node] = msg.exits

@@ -4,6 +4,14 @@ It decodes each message, says who sent it, hands it to the controller, and carri
 controller returns (mm/effects.py) in order; the clock and a restart go in the same way. It decides nothing
 about jobs itself. Only rate limits (per uid, on submissions) stay here, as protection of the daemon.
 
+It also chooses when the scheduling pass runs. Handling a message never runs one; when the controller says
+one is due, a one-shot timer is armed (at most one at a time) and the pass runs when it fires, after the
+messages handled meanwhile: a burst of submissions costs one pass, however long the queue. The timer's delay
+is as long as the last pass took (see PASS_DELAY_MAX), so a burst spends at most about half the MM's time in
+passes, while on a short queue (a pass of microseconds) a job is placed in the next turn of the event loop.
+Replies go out as each message is handled, so a client always hears of its submission before any launch of
+its job is sent; the job is in the store (committed) by then.
+
 Two ROUTER sockets: one for clients on a local ipc:// endpoint (the kernel's peer credentials say who calls),
 one for node managers over TCP (each NM's routing id is its node name); under gang scheduling a PUB socket
 carries one heartbeat per time slice; with ``[mm] client_tcp_endpoint`` a third ROUTER serves remote clients.
@@ -46,6 +54,12 @@ from storm.mm.store import Store
 log = logging.getLogger("storm.mm")
 
 TICK_SECONDS = 0.2
+# A pass is put off by as long as the last one took, but never longer than this: a long queue must not delay
+# every start by much.
+PASS_DELAY_MAX = 0.05
+# Messages handled from one socket before the event loop gets a turn (pyzmq hands over a message that is
+# already there without yielding): node reports and a due pass must not wait for a whole burst of requests.
+BATCH = 100
 # A client request up to this many times [mm] max_message_bytes is read and refused with a clear error; a
 # larger one makes ZeroMQ drop the connection before buffering it (ZMQ_MAXMSGSIZE), so no peer can make the
 # MM allocate more than this per message.
@@ -112,6 +126,8 @@ class MachineManager:
         self.submits = RateLimits(config.mm.submit_rate, config.mm.submit_burst)
         self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
         self.waiters: dict[int, list[tuple[zmq.asyncio.Socket, bytes, int]]] = {}
+        self.pass_timer: asyncio.TimerHandle | None = None  # the armed pass, if any
+        self.pass_seconds = 0.0  # how long the last pass took: the next one's delay
         self.recovered = recovered  # carried out once the sockets are bound
         self.stopping = asyncio.Event()
         self.notify = Notifier.from_environment()  # systemd's Type=notify; nothing without it
@@ -204,6 +220,8 @@ class MachineManager:
         await self.stopping.wait()
         log.info("storm-mm stopping")
         self.notify.stopping()
+        if self.pass_timer is not None:
+            self.pass_timer.cancel()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -222,12 +240,16 @@ class MachineManager:
     async def _serve(
         self, socket: zmq.asyncio.Socket, handle: Callable[[list[zmq.Frame]], Awaitable[None]]
     ) -> None:
+        handled = 0
         while True:
             frames = await socket.recv_multipart(copy=False)
             try:
                 await handle(frames)
             except Exception:
                 log.exception("unexpected error while handling a message; carrying on")
+            handled += 1
+            if handled % BATCH == 0:
+                await asyncio.sleep(0)
 
     async def _ticker(self) -> None:
         while True:
@@ -253,10 +275,27 @@ class MachineManager:
                 due = now
             await asyncio.sleep(max(0.0, due - now))
 
+    def _arm_pass(self) -> None:
+        """The controller wants a pass: run it soon (see the module's docstring), unless one is armed."""
+        if self.pass_timer is None and self.core.pass_due:
+            delay = min(self.pass_seconds, PASS_DELAY_MAX)
+            self.pass_timer = asyncio.get_running_loop().call_later(delay, self._run_pass)
+
+    def _run_pass(self) -> None:
+        self.pass_timer = None
+        started = time.monotonic()
+        try:
+            self._carry_out(self.core.schedule(time.time()))
+        except Exception:
+            log.exception("unexpected error in a scheduling pass; carrying on")
+        self.pass_seconds = time.monotonic() - started
+
     def _carry_out(
         self, effects: list[Effect], sock: zmq.asyncio.Socket | None = None, identity: bytes = b""
     ) -> None:
-        """Do what the controller decided, in order; ``sock`` and ``identity`` are the sender's, if any."""
+        """Do what the controller decided, in order; ``sock`` and ``identity`` are the sender's, if any.
+        Then arm a pass if the controller wants one."""
+        self._arm_pass()
         for effect in effects:
             match effect:
                 case Send():

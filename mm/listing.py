@@ -1,15 +1,47 @@
-"""What clients see of the nodes and the matrix (``storm nodes``, ``storm matrix``): pure functions of the
-Controller's state (mm/core.py), which answers with them."""
+"""What clients see of the jobs, the nodes and the matrix (``storm jobs``, ``storm nodes``, ``storm matrix``):
+functions of the Controller's state (mm/core.py), which answers with them; they change nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from storm.mm.jobs import Job
 from storm.mm.matrix import Matrix
 from storm.mm.nodes import DOWN, Node
-from storm.mm.protocol import MatrixView, NodeInfo
+from storm.mm.protocol import JobInfo, MatrixView, NodeInfo
+from storm.mm.runs import RunTable
 from storm.mm.slots import GangCycle
+from storm.mm.states import JobState
+
+
+def job_infos(
+    runs: RunTable,
+    hang_warning: float,
+    job_ids: tuple[int, ...] = (),
+    everything: bool = False,
+    now: float | None = None,
+) -> list[JobInfo]:
+    """Jobs by id, or the active ones (all with ``everything``); ``now`` updates suspended times."""
+    live = {**runs.pending, **runs.active}
+    if job_ids:
+        jobs = [runs.job(i) for i in job_ids]
+        found = [j for j in jobs if j is not None]
+    elif everything:
+        found = [live.get(j.id, j) for j in runs.store.jobs()]
+    else:
+        found = sorted(live.values(), key=lambda j: j.id)
+    infos = []
+    for job in found:
+        info = job.info()
+        if job.state is JobState.PENDING and job.id in runs.reasons:
+            waits = runs.reasons[job.id]
+            info = dataclasses.replace(info, reason=f"{waits} ({job.reason})" if job.requeues else waits)
+        if job.id in runs.active and now is not None:
+            warning = runs.reports.hang(job, now, hang_warning)
+            info = dataclasses.replace(info, suspended_time=runs.suspended(job, now), warning=warning)
+        infos.append(info)
+    return infos
 
 
 def node_infos(nodes: Iterable[Node], active: Iterable[Job]) -> list[NodeInfo]:

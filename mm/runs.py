@@ -29,7 +29,10 @@ was down is not counted.
 
 The Controller (mm/core.py) owns a :class:`RunTable` and decides when, from what arrives; everything here is
 called from it. A step that has something to say to a node or to a job's waiting clients appends it to the
-effect list ``out`` of the stimulus being handled (mm/effects.py), after the store has it.
+effect list ``out`` of the stimulus being handled (mm/effects.py), after the store has it. No step runs a
+scheduling pass: what may let a queued job start (a submission, a run's end or requeue, a node that comes up
+or stops draining) makes one due (:meth:`RunTable.want_pass`), and the Controller's driver has it run
+(:meth:`RunTable.schedule`) when it chooses.
 """
 
 from __future__ import annotations
@@ -185,6 +188,8 @@ class RunTable:
         self.echoes = Echoes()
         self.reports = Reports(store)
         self.names = Names()
+        self.pass_due = False  # see want_pass
+        self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
 
     def job(self, job_id: int) -> Job | None:
         """A job wherever it is: queued, placed, or (ended) in the store."""
@@ -227,7 +232,15 @@ class RunTable:
             if self.cycle is not None:
                 self.cycle.add(job.id, now, job.suspended_time)
 
+    def want_pass(self) -> None:
+        """Something may let a queued job start: a pass is due. Many of these between two passes cost one,
+        which starts the same jobs as one pass after each would have, for the stimuli of one instant."""
+        self.pass_due = True
+
     def schedule(self, now: float, out: list[Effect]) -> None:
+        """One scheduling pass: start what fits, note why the rest waits (Controller.schedule runs it)."""
+        self.pass_due = False
+        self.passes += 1
         if not self.pending:
             self.reasons = {}
             return
@@ -350,7 +363,7 @@ class RunTable:
             ended = advance(job, state, now, exit_code=code, reason=reason, suspended_time=suspended)
             self.finish(ended, out)
         self._compact(out)
-        self.schedule(now, out)  # its PEs are free: start what waited for them now, not at the next tick
+        self.want_pass()  # its PEs are free: what waited for them starts at the next pass, not the next tick
 
     def _requeue(self, job: Job, track: Tracking) -> None:
         """Back to the queue, stored before anything else: the next run starts from scratch, same id."""

@@ -15,7 +15,7 @@ from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec
 from storm.mm.memory_store import MemoryStore
 from storm.mm.protocol import KillJob, LaunchJob, RankExit
-from storm.mm.rights import Account
+from storm.mm.rights import Account, Credentials
 from storm.mm.runs import seeded_nonces
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
@@ -39,8 +39,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
 
 class Core(Controller):
     """The controller driven as storm-mm drives it: every message through ``handle``, as the client or the
-    node manager it names, and every effect recorded for the test to read: messages for nodes in
-    ``outbox`` (``take`` empties it), ended jobs in ``ended``, clients told to wait in ``waits``."""
+    node manager it names, then the pass it made due (storm-mm runs one once the messages that arrived
+    together are handled: here each arrives alone), and every effect recorded for the test to read:
+    messages for nodes in ``outbox`` (``take`` empties it), ended jobs in ``ended``, clients told to wait in
+    ``waits``."""
 
     def __init__(self, store: Storage, config: MMConfig, now: float, epoch: str, **kw: object) -> None:
         super().__init__(store, config, epoch, nonce=seeded_nonces(epoch), **kw)  # type: ignore[arg-type]
@@ -66,8 +68,11 @@ class Core(Controller):
                     pass
         return reply
 
+    def handle(self, message: p.Message, now: float, caller: Credentials | FromNode) -> list[Effect]:
+        return super().handle(message, now, caller) + self.schedule(now)
+
     def tick(self, now: float) -> list[Effect]:
-        effects = super().tick(now)
+        effects = super().tick(now) + self.schedule(now)
         self.record(effects)
         return effects
 

@@ -73,26 +73,42 @@ def workload(store: Storage, seed: int | str) -> list[bytes]:
             listed = tuple(j.id for j in ctl.runs.active.values() if name in j.nodes)
             from_node(p.NodeStatus(node=name, nm_epoch=f"{name}-e1", mm_epoch="mm-1", jobs=listed), now)
 
+    def settle(now: float) -> None:
+        """The driver's pass once everything of one instant is in, as a simulator runs it."""
+        out.append(encoded(ctl.schedule(now)))
+
+    settle(T0)
     for name in ("n1", "n2", "n3"):
         from_node(node(name), T0)
+    settle(T0)
     from_alice(job(2), T0 + 1)  # 1: n1
     from_alice(job(4, requeue=True), T0 + 1)  # 2: n2, n3
     from_alice(job(2, time_limit=5.0), T0 + 1)  # 3: waits
     from_alice(p.WaitJob(req=7, job_id=1), T0 + 1)
+    settle(T0 + 1)
     from_node(p.JobLaunched(job_id=1, node="n1", pids={"0": 10, "1": 11}), T0 + 2)
     for name in ("n2", "n3"):
         from_node(p.JobLaunched(job_id=2, node=name, pids={"0": 12}), T0 + 2)
+    settle(T0 + 2)
     from_node(p.JobNodeDone(job_id=1, node="n1", exits=exits(0, 1)), T0 + 3)  # 1 done: 3 starts on n1
+    settle(T0 + 3)
     from_node(p.JobLaunched(job_id=3, node="n1", pids={"0": 13}), T0 + 4)
     from_alice(job(1), T0 + 4)  # 4: waits
+    settle(T0 + 4)
     from_alice(p.CancelJobs(req=8, job_ids=(4,)), T0 + 5)
+    settle(T0 + 5)
     status(T0 + 8, "n1", "n2")  # n3 falls silent
+    settle(T0 + 8)
     out.append(encoded(ctl.tick(T0 + 10.5)))  # job 3 over its limit
+    settle(T0 + 10.5)
     out.append(encoded(ctl.tick(T0 + 12)))  # n3 DOWN: job 2 ends NODE_FAIL, to be requeued
     from_node(p.JobNodeDone(job_id=3, node="n1", exits=exits(0, 1, signal=15)), T0 + 12)
     from_node(p.JobNodeDone(job_id=2, node="n2", exits=exits(0, 1, signal=15)), T0 + 12)
+    settle(T0 + 12)
     status(T0 + 13, "n1", "n2")  # n2 no longer lists job 2: its run is over, it may run again
+    settle(T0 + 13)
     from_alice(job(1), T0 + 14)  # 5
+    settle(T0 + 14)
     from_alice(p.ListJobs(req=9, all=True), T0 + 15)
     from_alice(p.ListNodes(req=10), T0 + 15)
     return out
@@ -142,12 +158,15 @@ def ctl() -> Controller:
 
 def test_a_reply_comes_first_and_everything_after_it_is_stored_already(ctl: Controller) -> None:
     ctl.handle(node("n1"), T0, FromNode("n1"))
-    effects = ctl.handle(job(2), T0, ALICE)
-    assert [type(e) for e in effects] == [Reply, Send]
-    assert effects[0] == Reply(p.JobSubmitted(job_id=1))
+    ctl.schedule(T0)
+    assert ctl.handle(job(2), T0, ALICE) == [Reply(p.JobSubmitted(job_id=1))]
+    queued = ctl.store.get_job(1)
+    assert queued is not None and queued.state == "PENDING"  # stored before the client hears of it
+    [launch] = ctl.schedule(T0)
     stored = ctl.store.get_job(1)
+    assert isinstance(launch, Send) and isinstance(launch.message, p.LaunchJob)
     assert stored is not None and stored.state == "STARTING"
-    assert ctl.store.wireups()[1][0] == effects[1].message.kvsname  # type: ignore[union-attr]
+    assert ctl.store.wireups()[1][0] == launch.message.kvsname
 
 
 def test_a_submission_runs_as_its_caller_with_storms_defaults(ctl: Controller) -> None:
@@ -179,6 +198,7 @@ def test_messages_on_the_wrong_link_or_from_the_wrong_sender_change_nothing(ctl:
 def test_a_waiting_client_is_answered_when_its_job_ends(ctl: Controller) -> None:
     ctl.handle(node("n1"), T0, FromNode("n1"))
     ctl.handle(job(1), T0, ALICE)
+    ctl.schedule(T0)
     assert ctl.handle(p.WaitJob(req=5, job_id=1), T0, ALICE) == [Wait(job_id=1, req=5)]
     done = ctl.handle(p.JobNodeDone(job_id=1, node="n1", exits=exits(0)), T0 + 1, FromNode("n1"))
     assert done[0] == Reply(p.Ack(job_id=1, what="job_node_done"))
@@ -191,6 +211,7 @@ def test_waiting_for_a_queued_job_waits_for_its_end_not_its_start(ctl: Controlle
     ctl.handle(node("n1"), T0, FromNode("n1"))
     ctl.handle(job(2), T0, ALICE)
     ctl.handle(job(2), T0, ALICE)  # batch: one job per PE, so job 2 waits for job 1
+    ctl.schedule(T0)
     assert [i.state for i in ctl.job_infos((1, 2), now=T0)] == ["STARTING", "PENDING"]
     assert ctl.handle(p.WaitJob(req=6, job_id=2), T0, ALICE) == [Wait(job_id=2, req=6)]
 
@@ -203,6 +224,7 @@ def one_node(store: Storage) -> Controller:
     ctl = Controller(store, MMConfig(), "mm-1", nonce=seeded_nonces(0))
     ctl.recover(T0)
     ctl.handle(node("n1"), T0, FromNode("n1"))
+    ctl.schedule(T0)
     return ctl
 
 
@@ -216,7 +238,7 @@ def one_job(ctl: Controller) -> tuple[list[str], list[str]]:
     ]
     sent = []
     for msg, caller in inputs:
-        for effect in ctl.handle(msg, T0 + 1, caller):
+        for effect in ctl.handle(msg, T0 + 1, caller) + ctl.schedule(T0 + 1):
             match effect:
                 case Send() | Reply():
                     sent.append(effect.message.op)
@@ -225,8 +247,9 @@ def one_job(ctl: Controller) -> tuple[list[str], list[str]]:
     return [m.op for m, _ in inputs], sent
 
 
-def test_one_two_rank_job_costs_eight_mm_messages_and_three_commits(tmp_path: Path) -> None:
-    """Submit+place is one commit (two before effects), RUNNING one, COMPLETED one; a wait commits nothing."""
+def test_one_two_rank_job_costs_eight_mm_messages_and_four_commits(tmp_path: Path) -> None:
+    """Submit is one commit, the pass that places it one (two writes), RUNNING one, COMPLETED one; a wait
+    commits nothing."""
     store = Store(tmp_path / "storm.db")
     commits: list[str] = []
     try:
@@ -237,4 +260,4 @@ def test_one_two_rank_job_costs_eight_mm_messages_and_three_commits(tmp_path: Pa
         store.close()
     assert received == ["submit_job", "wait_job", "job_launched", "job_node_done"]
     assert sent == ["job_submitted", "launch_job", "ack", "job_list"]
-    assert len(commits) == 3
+    assert len(commits) == 4

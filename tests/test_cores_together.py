@@ -84,7 +84,12 @@ class Cores:
             self.shell_started(name, job.job_id)
 
     def run_queue(self) -> None:
-        while self.queue:
+        """Deliver until nothing is in flight; the MM's pass runs whenever the queue runs dry, as storm-mm
+        runs it once the messages that arrived together are handled."""
+        while self.queue or self.mm.pass_due:
+            if not self.queue:
+                self.carry_out(self.mm.schedule(self.now), origin="")
+                continue
             source, target, msg = self.queue.popleft()
             if source in self.lost or target in self.lost:
                 continue
