@@ -27,6 +27,7 @@ from storm.mm.protocol import (
     ProtocolError,
     default_f_thresh,
 )
+from storm.mm.scheduler import BACKFILL_MODES
 
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
 
@@ -52,6 +53,9 @@ class MMConfig:
     slice: float = 0.1
     node_timeout: float = 10.0
     mpl: int = 1
+    # What may start ahead of the first job that does not fit: easy (EASY backfilling, without delaying that
+    # job), conservative (without delaying any waiting job) or none (nothing: strict FCFS).
+    backfill: str = "easy"
     default_time_limit: float = 0.0
     sync: str = "FULL"
     log_level: str = "info"
@@ -228,6 +232,8 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError(
             "cluster.policy batch runs one job per PE: mm.mpl must be 1 (use gang to time-share)"
         )
+    if config.mm.backfill not in BACKFILL_MODES:
+        raise ConfigError(f"mm.backfill: {config.mm.backfill!r} is not one of {', '.join(BACKFILL_MODES)}")
     if not 0.001 <= config.mm.slice <= 60:
         raise ConfigError("mm.slice must be between 0.001 and 60 seconds")
     if config.nm.heartbeat_timeout < 0:

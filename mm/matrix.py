@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from storm.mm.free_pes import FreePes
 
 PE = tuple[str, int]
 """A processing element: (node name, PE index on that node, 0-based)."""
@@ -63,10 +65,37 @@ class Placement:
         return len(self.pes)
 
 
+# At most this many known nodes left out of ``usable``: placements walk the free-count buckets and skip
+# them. With more, walking only the usable nodes is cheaper (and gives the same placements).
+MAX_SKIPPED = 64
+
+
+@dataclass
+class _Usable:
+    """The known nodes that one ``usable`` argument leaves out, and the free PEs they hold per row.
+
+    Subtracting the few unusable nodes from counts kept over all nodes answers "how many usable PEs are
+    free" in O(1). ``key`` is the frozenset it was made for: the matrix keeps the last one (immutable, so
+    it cannot change behind the cache) and updates its ``free`` as jobs come and go.
+    """
+
+    key: frozenset[str] | None
+    excluded: frozenset[int]
+    allowed: list[int]  # usable node indices in natural order, for the walk of the plain path
+    free: list[int] = field(default_factory=list)  # per row: free PEs on excluded nodes
+    total: int = 0  # PEs of usable nodes
+    plain: bool = False  # too many excluded nodes to skip: walk ``allowed`` instead
+
+
 class Matrix:
     """Rows are time slots (``mpl`` of them), columns the PEs of every known node.
 
     A row index below ``mpl`` that holds no job is simply an empty row; rows need not be created.
+
+    Free PEs are counted incrementally (:class:`~storm.mm.free_pes.FreePes`): :meth:`assign`,
+    :meth:`release` and :meth:`move` cost O(p log n) for a job of p PEs on a machine of n nodes; a search
+    that cannot succeed costs O(1); one that does costs the buckets and nodes it visits, not a scan of all
+    nodes.
     """
 
     def __init__(self, mpl: int = 1) -> None:
@@ -79,6 +108,11 @@ class Matrix:
         # without visiting every column.
         self._rows: list[dict[str, dict[int, int]]] = [{} for _ in range(mpl)]
         self._jobs: dict[int, Placement] = {}
+        self._index: dict[str, int] = {}  # node -> position in _order
+        self._free = FreePes(mpl, [])
+        self._all = _Usable(None, frozenset(), [], [0] * mpl)
+        self._view: _Usable | None = None  # the last frozenset ``usable`` seen, with its counts
+        self._recount()
 
     @property
     def mpl(self) -> int:
@@ -104,6 +138,7 @@ class Matrix:
             raise ValueError(f"node {node} runs jobs: cannot change its PE count from {current} to {pes}")
         self._nodes[node] = pes
         self._order = sorted(self._nodes, key=node_sort_key)
+        self._recount()
 
     def nodes(self) -> dict[str, int]:
         """Node -> PE count, in natural node order."""
@@ -111,7 +146,7 @@ class Matrix:
 
     def total_pes(self, usable: Collection[str] | None = None) -> int:
         """The number of columns, counting only the nodes in ``usable`` when it is given."""
-        return sum(self._nodes[node] for node in self._usable(usable))
+        return self._usable(usable).total
 
     def columns(self) -> list[PE]:
         """Every PE, in natural node order then PE index."""
@@ -127,6 +162,7 @@ class Matrix:
 
         Only PEs of nodes in ``usable`` (None: all nodes) are considered. Rows are tried in index order, or
         only ``row`` when given, and the first row with enough free PEs wins, so lower rows fill first.
+        Pass the same frozenset to many calls: its unusable nodes are then worked out once, not per call.
 
         Packing within a row:
 
@@ -138,13 +174,18 @@ class Matrix:
           its lowest free PEs.
 
         The chosen PEs are then ordered by (natural node order, PE index): ranks are block-distributed.
+
+        Cost per row tried: O(1) when the row's usable PEs are too few; otherwise the free-count buckets
+        visited (at most the largest node's PE count), plus the unusable nodes skipped in them (at most
+        MAX_SKIPPED; with more unusable nodes, a walk of the usable ones), plus O(p) for the p PEs chosen.
+        A ``usable`` that is not the frozenset of the previous call first costs one pass over the nodes.
         """
         if ranks < 1:
             raise ValueError(f"a job needs at least one rank, not {ranks}")
         rows: Iterable[int] = range(self._mpl) if row is None else (self._check_row(row),)
-        names = self._usable(usable)
+        view = self._usable(usable)
         for r in rows:
-            pes = self._pick(r, ranks, names)
+            pes = self._pick(r, ranks, view)
             if pes is not None:
                 return Placement(r, pes)
         return None
@@ -166,6 +207,7 @@ class Matrix:
         for node, index in placement.pes:
             cells.setdefault(node, {})[index] = job_id
         self._jobs[job_id] = placement
+        self._account(placement, -1)
 
     def release(self, job_id: int) -> Placement | None:
         """Free the job's cells and return its placement (None if it was not placed)."""
@@ -178,6 +220,7 @@ class Matrix:
             del used[index]
             if not used:
                 del cells[node]
+        self._account(placement, 1)
         return placement
 
     def placement_of(self, job_id: int) -> Placement | None:
@@ -227,9 +270,21 @@ class Matrix:
         return dict(self._jobs)
 
     def free_pes(self, row: int, usable: Collection[str] | None = None) -> int:
-        """Free PEs in ``row``, counting only the nodes in ``usable`` when it is given."""
-        cells = self._rows[self._check_row(row)]
-        return sum(self._nodes[node] - len(cells.get(node, ())) for node in self._usable(usable))
+        """Free PEs in ``row``, counting only the nodes in ``usable`` when it is given. O(1) for None or the
+        frozenset of the previous call."""
+        view = self._usable(usable)
+        return self._free.total[self._check_row(row)] - view.free[row]
+
+    def recount(self) -> list[dict[str, int]]:
+        """Per row, node -> free PEs, counted from the cells: what the incremental counts must equal."""
+        return [
+            {node: pes - len(cells.get(node, ())) for node, pes in self.nodes().items()}
+            for cells in self._rows
+        ]
+
+    def counted(self) -> list[dict[str, int]]:
+        """Per row, node -> free PEs as kept incrementally (checked against :meth:`recount` by tests)."""
+        return [dict(zip(self._order, free, strict=True)) for free in self._free.free]
 
     def cells(self) -> list[dict[PE, int]]:
         """One dict per row 0..mpl-1, PE -> job id, occupied PEs only, in column order (for display)."""
@@ -250,12 +305,48 @@ class Matrix:
             raise ValueError(f"row {row} is outside 0..{self._mpl - 1}")
         return row
 
-    def _usable(self, usable: Collection[str] | None) -> list[str]:
-        """Known nodes in natural order, limited to ``usable``; unknown names in ``usable`` are ignored."""
+    def _recount(self) -> None:
+        """Rebuild the free counts after the node set changed (node indices shift): O(n log n + PEs)."""
+        self._index = {node: i for i, node in enumerate(self._order)}
+        self._free = FreePes(self._mpl, [self._nodes[node] for node in self._order])
+        for row, cells in enumerate(self._rows):
+            for node, used in cells.items():
+                self._free.change(row, self._index[node], -len(used))
+        self._all = _Usable(
+            None, frozenset(), list(range(len(self._order))), [0] * self._mpl, sum(self._free.sizes)
+        )
+        self._view = None
+
+    def _account(self, placement: Placement, sign: int) -> None:
+        """Count a placement's PEs as taken (sign -1) or freed (+1)."""
+        per_node: dict[str, int] = {}
+        for node, _ in placement.pes:
+            per_node[node] = per_node.get(node, 0) + 1
+        view = self._view
+        for node, count in per_node.items():
+            index = self._index[node]
+            self._free.change(placement.row, index, sign * count)
+            if view is not None and index in view.excluded:
+                view.free[placement.row] += sign * count
+
+    def _usable(self, usable: Collection[str] | None) -> _Usable:
+        """The nodes ``usable`` leaves out (unknown names in it are ignored); O(1) for None or the frozenset
+        of the previous call, else O(n)."""
         if usable is None:
-            return self._order
-        allowed = usable if isinstance(usable, set | frozenset) else set(usable)
-        return [node for node in self._order if node in allowed]
+            return self._all
+        view = self._view
+        if view is not None and usable is view.key:
+            return view
+        allowed_names = usable if isinstance(usable, set | frozenset) else set(usable)
+        allowed = [i for i, node in enumerate(self._order) if node in allowed_names]
+        excluded = frozenset(range(len(self._order))) - frozenset(allowed)
+        free = [sum(self._free.free[row][i] for i in excluded) for row in range(self._mpl)]
+        total = sum(self._free.sizes[i] for i in allowed)
+        made = _Usable(None, excluded, allowed, free, total, plain=len(excluded) > MAX_SKIPPED)
+        if isinstance(usable, frozenset):
+            made.key = usable
+            self._view = made
+        return made
 
     def _free_indices(self, row: int, node: str, count: int) -> list[int]:
         """The ``count`` lowest free PE indices of ``node`` in ``row``."""
@@ -268,28 +359,38 @@ class Matrix:
                 free.append(index)
         return free
 
-    def _pick(self, row: int, ranks: int, names: list[str]) -> tuple[PE, ...] | None:
-        """The packing policy of :meth:`find` for one row; ``names`` must be in natural order."""
-        cells = self._rows[row]
-        free = {node: self._nodes[node] - len(cells.get(node, ())) for node in names}
-        take: dict[str, int] = {}
-        fitting = [node for node in names if free[node] >= ranks]
-        if fitting:
-            # min() keeps the first of equal values, and names are in natural order: ties go to the lower.
-            take[min(fitting, key=lambda node: free[node])] = ranks
+    def _pick(self, row: int, ranks: int, view: _Usable) -> tuple[PE, ...] | None:
+        """The packing policy of :meth:`find` for one row, from the free counts."""
+        if self._free.total[row] - view.free[row] < ranks:
+            return None  # every usable node together has too few: no need to look at any of them
+        take: dict[int, int]
+        if view.plain:
+            take = self._pick_by_walking(row, ranks, view.allowed)
         else:
-            if sum(free.values()) < ranks:
-                return None
-            need = ranks
-            # sorted() is stable, so nodes with equally many free PEs stay in natural order.
-            for node in sorted(names, key=lambda node: -free[node]):
-                if need == 0:
-                    break
-                share = min(free[node], need)
-                take[node] = share
-                need -= share
+            node = self._free.best_fit(row, ranks, view.excluded)
+            take = (
+                {node: ranks} if node is not None else self._free.most_free_first(row, ranks, view.excluded)
+            )
         pes: list[PE] = []
-        for node in names:
-            if node in take:
-                pes.extend((node, index) for index in self._free_indices(row, node, take[node]))
+        for index in sorted(take):
+            node_name = self._order[index]
+            pes.extend((node_name, pe) for pe in self._free_indices(row, node_name, take[index]))
         return tuple(pes)
+
+    def _pick_by_walking(self, row: int, ranks: int, allowed: list[int]) -> dict[int, int]:
+        """The same choice as the buckets give, by walking every usable node: O(u log u) for u of them."""
+        free = self._free.free[row]
+        fitting = [index for index in allowed if free[index] >= ranks]
+        if fitting:
+            # min() keeps the first of equal values, and allowed is in natural order: ties go to the lower.
+            return {min(fitting, key=lambda index: free[index]): ranks}
+        take: dict[int, int] = {}
+        need = ranks
+        # sorted() is stable, so nodes with equally many free PEs stay in natural order.
+        for index in sorted(allowed, key=lambda index: -free[index]):
+            if need == 0:
+                break
+            share = min(free[index], need)
+            take[index] = share
+            need -= share
+        return take

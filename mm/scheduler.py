@@ -1,4 +1,4 @@
-"""Which queued jobs start now: first come, first served, with EASY backfilling on the Ousterhout matrix.
+"""Which queued jobs start now: first come, first served, with backfilling on the Ousterhout matrix.
 
 EASY backfilling (Lifka 1995; Mu'alem & Feitelson 2001) starts jobs in queue order while they fit. The first
 job that does not fit (the head) gets a reservation: the earliest time, by the running jobs' time limits,
@@ -12,20 +12,24 @@ requested time limit by the MPL.
 The reservation covers one row of the matrix. Other rows are separate time slots whose jobs cannot delay
 the head there, so backfilling into them is unrestricted.
 
+Two other modes (``backfill=``): ``"none"`` is strict FCFS, and ``"conservative"`` gives every waiting
+job a reservation, so that a job jumps ahead only if it delays none of them (see :func:`schedule`).
+
 Everything here is a pure function of its arguments (time is passed in), so the simulator can replay it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from storm.mm.free_profile import FreeProfile
 from storm.mm.matrix import Matrix, Placement
 
 RESOURCES = "Resources"
 PRIORITY = "Priority"
+BACKFILL_MODES = ("easy", "conservative", "none")
 
 
 def _check_limit(time_limit: float | None) -> None:
@@ -71,11 +75,12 @@ class Start:
 
 @dataclass(frozen=True)
 class Reservation:
-    """When and where the head of the queue is expected to start.
+    """When and where a waiting job is expected to start.
 
     ``start`` is the shadow time (``math.inf`` if only jobs without a time limit hold the PEs it needs).
-    ``extra`` counts the PEs of that row still free at the shadow time beyond what the head needs, after
-    this pass's backfilled jobs took their share.
+    ``extra`` counts the PEs of that row still free at the shadow time beyond what the job needs, after
+    this pass's backfilled jobs (and, with conservative backfilling, the other reservations) took their
+    share; 0 when ``start`` is infinite under conservative backfilling.
     """
 
     job_id: int
@@ -89,8 +94,10 @@ class Plan:
     """The outcome of one scheduling pass."""
 
     starts: tuple[Start, ...]
-    reservation: Reservation | None
+    reservation: Reservation | None  # the head's: the first job that did not start
     reasons: dict[int, str]  # every queued job not started -> a Slurm-like reason
+    # Every reservation made: the head's alone, except with conservative backfilling (every waiting job).
+    reservations: dict[int, Reservation] = field(default_factory=dict)
 
 
 def runtime_estimate(time_limit: float | None, mpl: int) -> float:
@@ -104,48 +111,131 @@ def schedule(
     running: Mapping[int, RunningJob],
     matrix: Matrix,
     usable: Collection[str] | None = None,
+    *,
+    backfill: str = "easy",
 ) -> Plan:
     """Decide which queued jobs start at ``now``, commit them into ``matrix`` and say why the rest wait.
 
     ``queue`` is in FCFS order. Jobs already in the matrix are running; ``running`` gives their start and
     limit (one missing there counts as unlimited). Only PEs of nodes in ``usable`` (None: all) are used.
 
+    Jobs start in queue order, each in the lowest row with room, until one does not fit: the head. What
+    happens to the jobs behind it depends on ``backfill``:
+
+    * ``"easy"``: the head gets a reservation (module docstring). A later job starts if it fits and cannot
+      delay it: it tries the rows other than the reserved one first (in index order), and the reserved row
+      last, where it must end by the shadow time or fit in the extra PEs (which it then uses up).
+    * ``"none"``: strict FCFS, nothing starts behind the head. The head still gets EASY's reservation, as
+      the time it may expect to start.
+    * ``"conservative"``: every job behind the head gets a reservation too, in queue order. Each row has a
+      profile of free PEs over time (:class:`~storm.mm.free_profile.FreeProfile`): the PEs free now, plus
+      those of running jobs at their estimated ends (as EASY: :func:`runtime_estimate`, and an overdue job
+      ends now), minus the jobs started in this pass from now to their estimated ends, minus every
+      reservation made so far. The exact rule for each job J, ``d`` its :func:`runtime_estimate`:
+
+      1. J starts now in the lowest row r where it fits in the matrix now and the profile of r keeps J's
+         ranks free from now for ``d``; its PEs come off r's profile over [now, now + d).
+      2. Otherwise J reserves the earliest time t (the lowest row on ties) at which a profile keeps its
+         ranks free over [t, t + d), and they come off that profile over [t, t + d). If no finite t exists
+         (jobs without a limit hold the PEs for good), J's reservation is at infinity and takes nothing.
+
+      So a job starts now only if it can without delaying any earlier job's reservation. The head's
+      reservation is the one EASY would make: only running jobs precede it in the profile. Reservations
+      count PEs, not particular PEs, like EASY's extra PEs: a job spanning nodes fits wherever PEs are free.
+
     Reasons for jobs that do not start: ``Resources`` for the head, ``Priority`` for jobs behind it, and
     ``PartitionConfig: ...`` for a job wider than all usable PEs, which is skipped without blocking others.
 
-    A job that may backfill tries the rows other than the reserved one first (in index order), and the
-    reserved row last, so it leaves the head's row alone whenever it can.
+    Cost: O(q + r log r + s * m) for EASY and FCFS, q queued jobs, r running, s started, m the matrix's
+    cost of a placement (:meth:`Matrix.find`); a job that cannot start costs O(mpl) checks of counts.
+    Conservative adds each waiting job's profile search, O(mpl * n) for n steps of a profile, so O(q^2)
+    at worst.
     """
+    if backfill not in BACKFILL_MODES:
+        raise ValueError(f"backfill must be one of {', '.join(BACKFILL_MODES)}, not {backfill!r}")
     _check_queue(queue, matrix)
-    usable_set = None if usable is None else frozenset(usable)
-    mpl = matrix.mpl
-    total = matrix.total_pes(usable_set)
-    ends = {job_id: _estimated_end(now, running.get(job_id), mpl) for job_id in matrix.jobs()}
-    starts: list[Start] = []
-    reasons: dict[int, str] = {}
-    reservation: Reservation | None = None
-
-    for job in queue:
-        if job.ranks > total:
-            reasons[job.job_id] = f"PartitionConfig: needs {job.ranks} PEs, the cluster has {total}"
+    run = _Pass(now, running, matrix, None if usable is None else frozenset(usable))
+    head: int | None = None
+    for position, job in enumerate(queue):
+        if job.ranks > run.total:
+            run.too_wide(job)
             continue
-        if reservation is None:
-            placement = matrix.find(job.ranks, usable_set)
-            if placement is None:
-                reservation = _reserve(job, matrix, ends, usable_set)
-                reasons[job.job_id] = RESOURCES
-                continue
-        else:
-            placement, extra = _backfill(now, job, matrix, reservation, usable_set)
-            if placement is None:
-                reasons[job.job_id] = PRIORITY
-                continue
-            reservation = dataclasses.replace(reservation, extra=extra)
-        matrix.assign(job.job_id, placement)
-        # The head's reservation, made later in this pass, must see this job ending at its estimate.
-        ends[job.job_id] = now + runtime_estimate(job.time_limit, mpl)
-        starts.append(Start(job.job_id, placement, backfilled=reservation is not None))
-    return Plan(tuple(starts), reservation, reasons)
+        row = run.lowest_row_with_room(job.ranks)
+        if row is None:
+            head = position
+            break
+        run.start(job, row, backfilled=False)
+    if head is None:
+        return run.plan(None)
+    if backfill == "conservative":
+        return _conservative(run, queue[head:])
+    reservation = _reserve(queue[head], run)
+    run.reasons[queue[head].job_id] = RESOURCES
+    behind = queue[head + 1 :]
+    if backfill == "none":
+        for job in behind:
+            if job.ranks > run.total:
+                run.too_wide(job)
+            else:
+                run.reasons[job.job_id] = PRIORITY
+        return run.plan(reservation)
+    return run.plan(_easy(run, behind, reservation))
+
+
+class _Pass:
+    """One pass's working state: the usable free PEs per row as they shrink, and what the pass decided."""
+
+    def __init__(
+        self, now: float, running: Mapping[int, RunningJob], matrix: Matrix, usable: frozenset[str] | None
+    ) -> None:
+        self.now = now
+        self.running = running
+        self.matrix = matrix
+        self.usable = usable  # one frozenset for every call: the matrix works out its unusable nodes once
+        self.total = matrix.total_pes(usable)
+        self.free = [matrix.free_pes(row, usable) for row in range(matrix.mpl)]
+        self.widest = max(self.free)  # no job wider than this fits in any row now
+        self.starts: list[Start] = []
+        self.started_ends: dict[int, float] = {}
+        self.reasons: dict[int, str] = {}
+        self.reservations: dict[int, Reservation] = {}
+
+    def too_wide(self, job: QueuedJob) -> None:
+        self.reasons[job.job_id] = f"PartitionConfig: needs {job.ranks} PEs, the cluster has {self.total}"
+
+    def lowest_row_with_room(self, ranks: int) -> int | None:
+        if ranks > self.widest:
+            return None
+        return next(row for row, free in enumerate(self.free) if free >= ranks)
+
+    def start(self, job: QueuedJob, row: int, backfilled: bool) -> None:
+        placement = self.matrix.find(job.ranks, self.usable, row=row)
+        assert placement is not None, "the free counts said it fits"
+        self.matrix.assign(job.job_id, placement)
+        self.free[row] -= job.ranks
+        self.widest = max(self.free)
+        # A reservation made later in this pass must see this job ending at its estimate.
+        self.started_ends[job.job_id] = self.now + runtime_estimate(job.time_limit, self.matrix.mpl)
+        self.starts.append(Start(job.job_id, placement, backfilled))
+
+    def releases(self) -> list[list[tuple[float, int]]]:
+        """Per row, (estimated end, usable PEs) of every job in the matrix, this pass's starts included."""
+        mpl = self.matrix.mpl
+        per_row: list[list[tuple[float, int]]] = [[] for _ in range(mpl)]
+        usable = self.usable
+        for job_id, placement in self.matrix.jobs().items():
+            end = self.started_ends.get(job_id)
+            if end is None:
+                end = _estimated_end(self.now, self.running.get(job_id), mpl)
+            pes = placement.ranks if usable is None else sum(1 for node, _ in placement.pes if node in usable)
+            if pes:
+                per_row[placement.row].append((end, pes))
+        return per_row
+
+    def plan(self, reservation: Reservation | None) -> Plan:
+        if reservation is not None and not self.reservations:
+            self.reservations[reservation.job_id] = reservation
+        return Plan(tuple(self.starts), reservation, self.reasons, self.reservations)
 
 
 def _check_queue(queue: Sequence[QueuedJob], matrix: Matrix) -> None:
@@ -166,27 +256,22 @@ def _estimated_end(now: float, job: RunningJob | None, mpl: int) -> float:
     return max(now, job.start_time + runtime_estimate(job.time_limit, mpl))
 
 
-def _reserve(
-    job: QueuedJob, matrix: Matrix, ends: Mapping[int, float], usable: Collection[str] | None
-) -> Reservation:
-    """The row where ``job`` can start earliest (ties: lowest row), assuming jobs end at their estimates."""
-    per_row: list[list[tuple[float, int, int]]] = [[] for _ in range(matrix.mpl)]
-    for job_id, placement in matrix.jobs().items():
-        pes = sum(1 for node, _ in placement.pes if usable is None or node in usable)
-        if pes:
-            per_row[placement.row].append((ends[job_id], job_id, pes))
+def _reserve(job: QueuedJob, run: _Pass) -> Reservation:
+    """The row where ``job`` can start earliest (ties: lowest row), assuming jobs end at their estimates.
 
+    O(r log r) for the r jobs in the matrix (O(PEs placed) to count them when some nodes are unusable).
+    """
     best: Reservation | None = None
-    for row, events in enumerate(per_row):
+    for row, events in enumerate(run.releases()):
         events.sort()
-        free = matrix.free_pes(row, usable)
+        free = run.free[row]
         shadow = math.inf
         i = 0
         while i < len(events):
             end = events[i][0]
             # Jobs ending at the same instant free their PEs together: all of them count towards extra.
             while i < len(events) and events[i][0] == end:
-                free += events[i][2]
+                free += events[i][1]
                 i += 1
             if free >= job.ranks:
                 shadow = end
@@ -198,26 +283,66 @@ def _reserve(
     return best
 
 
-def _backfill(
-    now: float,
-    job: QueuedJob,
-    matrix: Matrix,
-    reservation: Reservation,
-    usable: Collection[str] | None,
-) -> tuple[Placement | None, int]:
-    """Where ``job`` may start without delaying the reservation, and the extra PEs left after it."""
-    for row in range(matrix.mpl):
-        if row != reservation.row:
-            placement = matrix.find(job.ranks, usable, row=row)
-            if placement is not None:
-                return placement, reservation.extra
-    placement = matrix.find(job.ranks, usable, row=reservation.row)
-    if placement is None:
-        return None, reservation.extra
-    runtime = runtime_estimate(job.time_limit, matrix.mpl)
-    # An unlimited job never "ends before" the shadow, not even an infinite one: it may hold its PEs forever.
-    if math.isfinite(runtime) and now + runtime <= reservation.start:
-        return placement, reservation.extra
-    if job.ranks <= reservation.extra:
-        return placement, reservation.extra - job.ranks
-    return None, reservation.extra
+def _easy(run: _Pass, behind: Sequence[QueuedJob], reservation: Reservation) -> Reservation:
+    """Backfill ``behind`` (the jobs after the head) around ``reservation``; return it with the extra PEs
+    left. O(mpl) per job that does not start."""
+    now, mpl = run.now, run.matrix.mpl
+    reserved, shadow, extra = reservation.row, reservation.start, reservation.extra
+    others = [row for row in range(mpl) if row != reserved]
+    for job in behind:
+        ranks = job.ranks
+        if ranks > run.total:
+            run.too_wide(job)
+            continue
+        if ranks > run.widest:  # fits in no row now, whatever the reservation allows
+            run.reasons[job.job_id] = PRIORITY
+            continue
+        row = next((r for r in others if run.free[r] >= ranks), None)
+        if row is None and run.free[reserved] >= ranks:
+            runtime = runtime_estimate(job.time_limit, mpl)
+            # An unlimited job never "ends before" the shadow, not even an infinite one: it may hold its PEs
+            # forever.
+            if math.isfinite(runtime) and now + runtime <= shadow:
+                row = reserved
+            elif ranks <= extra:
+                row = reserved
+                extra -= ranks
+        if row is None:
+            run.reasons[job.job_id] = PRIORITY
+            continue
+        run.start(job, row, backfilled=True)
+    return Reservation(reservation.job_id, reserved, shadow, extra)
+
+
+def _conservative(run: _Pass, waiting: Sequence[QueuedJob]) -> Plan:
+    """Conservative backfilling of ``waiting`` (the head first): the rule is in :func:`schedule`'s docstring.
+
+    O(mpl * n) per job for the profile searches, n the steps of a profile (which grow by one per
+    reservation): O(q^2) for q jobs at worst.
+    """
+    now, mpl = run.now, run.matrix.mpl
+    profiles = [FreeProfile(now, run.free[row], events) for row, events in enumerate(run.releases())]
+    made: list[tuple[QueuedJob, int, float]] = []
+    for job in waiting:
+        ranks = job.ranks
+        if ranks > run.total:
+            run.too_wide(job)
+            continue
+        duration = runtime_estimate(job.time_limit, mpl)
+        if made and ranks <= run.widest:  # the head did not fit now, by definition
+            row = next(
+                (r for r in range(mpl) if run.free[r] >= ranks and profiles[r].fits(now, duration, ranks)),
+                None,
+            )
+            if row is not None:
+                profiles[row].take(now, duration, ranks)
+                run.start(job, row, backfilled=True)
+                continue
+        start, row = min((profile.earliest(ranks, duration), r) for r, profile in enumerate(profiles))
+        profiles[row].take(start, duration, ranks)
+        made.append((job, row, start))
+        run.reasons[job.job_id] = PRIORITY if len(made) > 1 else RESOURCES
+    for job, row, start in made:
+        extra = profiles[row].free_at(start) if start != math.inf else 0
+        run.reservations[job.job_id] = Reservation(job.job_id, row, start, extra)
+    return run.plan(run.reservations[made[0][0].job_id])

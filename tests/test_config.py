@@ -171,6 +171,7 @@ def test_coercion_errors_name_the_key(hint: object, value: object) -> None:
         ({"fcs": {"cslots_min": 0}}, "fcs: cslots_min and tslots_max must be >= 1"),
         ({"fcs": {"spin_us": -1}}, "fcs: spin must be in [0, 1] second"),
         ({"mm": {"mpl": 0}}, "mm.mpl must be at least 1"),
+        ({"mm": {"backfill": "EASY"}}, "mm.backfill: 'EASY' is not one of easy, conservative, none"),
         ({"mm": {"node_timeout": 0}}, "mm.node_timeout and mm.kill_timeout must be positive"),
         ({"mm": {"node_timeout": "-1"}}, "mm.node_timeout and mm.kill_timeout must be positive"),
         ({"nm": {"pes": -1}}, "nm.pes and nm.kill_grace must not be negative"),
@@ -307,3 +308,10 @@ def test_the_example_configuration_names_every_setting_with_its_default() -> Non
 def test_a_bad_f_priority_is_a_config_error_not_a_crash(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^fcs: .*f_priority"):
         load(write(tmp_path, '[fcs]\nf_priority = "sometimes"\n'))
+
+
+def test_backfill_mode_from_the_file_and_the_command_line(tmp_path: Path) -> None:
+    assert load(None).mm.backfill == "easy"
+    path = write(tmp_path, '[mm]\nbackfill = "conservative"\n')
+    assert load(path).mm.backfill == "conservative"
+    assert load(path, {"mm": {"backfill": "none"}}).mm.backfill == "none"
