@@ -146,8 +146,8 @@ def mm_config(policy: str) -> MMConfig:
         raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
     if POLICIES[policy] not in SUPPORTED_BACKFILL:
         raise ValueError(
-            f"policy {policy!r} needs [mm] backfill = {POLICIES[policy]!r}, which this storm-mm's core does not "
-            "pass to its scheduler yet (mm/runs.py)"
+            f"policy {policy!r} needs [mm] backfill = {POLICIES[policy]!r}, which this storm-mm's core "
+            "does not pass to its scheduler yet (mm/runs.py)"
         )
     # Simulated nodes never go silent and answer kills at once: liveness and kill timeouts never fire.
     return MMConfig(mpl=1, backfill=POLICIES[policy], node_timeout=math.inf, kill_timeout=math.inf)
