@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 
 from storm.mm.protocol import JobInfo, RankExit
 from storm.mm.slurm_style import expand_path
@@ -76,12 +77,11 @@ class Job:
     # Times the job went back to the queue after a node failure (``requeue`` in its spec).
     requeues: int = 0
 
-    @property
+    @cached_property
     def nodes(self) -> tuple[str, ...]:
-        seen: dict[str, None] = {}
-        for node, _pe in self.placement:
-            seen.setdefault(node)
-        return tuple(seen)
+        """The distinct nodes of the placement, in rank order. Cached: the MM asks on every node report,
+        and a wide job's placement is long (a frozen record's placement never changes under it)."""
+        return tuple(dict.fromkeys([node for node, _pe in self.placement]))
 
     def info(self) -> JobInfo:
         return JobInfo(

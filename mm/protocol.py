@@ -40,6 +40,7 @@ else, so a daemon can answer with ``error`` and carry on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -121,8 +122,12 @@ def _numbered(mapping: dict[str, int], least: int) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=256)
 def _numbered_in_order(ids: tuple[int, ...]) -> bool:
-    """0, 1, 2, ... each new id one more than the largest before it (repeats allowed)."""
+    """0, 1, 2, ... each new id one more than the largest before it (repeats allowed).
+
+    Cached: every node's launch of a job carries the same ``hosts``, so a job on k nodes would check them
+    k times (k^2 steps; a simulator launches thousands of wide jobs a second)."""
     top = -1
     for i in ids:
         if not 0 <= i <= top + 1:

@@ -225,6 +225,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_sim(args: argparse.Namespace) -> int:
+    from storm.tools.sim.cli import main as sim_main
+
+    return sim_main([args.action, *args.options])
+
+
 def local_up(args: argparse.Namespace, directory: Path) -> int:
     from storm.tools.local_cluster import LocalCluster
 
@@ -361,6 +367,14 @@ def add_cluster_commands(sub: Any) -> None:
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)
+    si = sub.add_parser(
+        "sim",
+        help="simulate storm-mm's scheduling of a workload trace (SWF)",
+        description="Discrete-event simulation with storm-mm's own core: run, sweep, generate.",
+    )
+    si.add_argument("action", choices=("run", "sweep", "generate"))
+    si.add_argument("options", nargs=argparse.REMAINDER, help="the action's own options (--help)")
+    si.set_defaults(func=cmd_sim)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,206 @@
+"""``storm sim run | sweep | generate``: the simulator's command line (``storm sim run --help``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from storm.tools.sim.engine import POLICIES, Machine, Progress, simulate
+from storm.tools.sim.lublin import MIXES, generate
+from storm.tools.sim.metrics import job_rows
+from storm.tools.sim.report import (
+    MissingExtra,
+    dump_json,
+    manifest,
+    markdown_run,
+    plot_run,
+    require_matplotlib,
+    result_json,
+    write_csv,
+)
+from storm.tools.sim.swf import (
+    SwfError,
+    Workload,
+    file_sha256,
+    machine_from_header,
+    read_swf,
+    save_swf,
+    scale_load,
+    to_workload,
+)
+
+
+class SimUsageError(ValueError):
+    pass
+
+
+def _machine(args: argparse.Namespace, header: tuple[int, int] | None) -> Machine:
+    nodes, pes = args.nodes, args.pes_per_node
+    if nodes is None and pes is None:
+        if header is None:
+            raise SimUsageError(
+                "the trace's header has no MaxNodes/MaxProcs: give --nodes and --pes-per-node"
+            )
+        nodes, pes = header
+    elif nodes is None:
+        raise SimUsageError("--pes-per-node needs --nodes")
+    pes = pes or 1
+    if nodes < 1 or pes < 1:
+        raise SimUsageError("--nodes and --pes-per-node must be at least 1")
+    return Machine(nodes, pes)
+
+
+def _add_workload_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", help="an SWF file")
+    parser.add_argument("--nodes", type=int, help="nodes (default: the trace's MaxNodes)")
+    parser.add_argument("--pes-per-node", type=int, help="PEs per node (default: MaxProcs / MaxNodes)")
+    parser.add_argument(
+        "--estimate",
+        default="runtime",
+        help="limit of jobs without a requested time: runtime (exact, the default) or xK (K x runtime)",
+    )
+    parser.add_argument("--jobs", type=int, help="simulate only the first N jobs")
+
+
+def _load(args: argparse.Namespace) -> tuple[Machine, Workload, str]:
+    trace = read_swf(args.trace)
+    machine = _machine(args, machine_from_header(trace))
+    workload = to_workload(trace.records, machine.pes, args.estimate)
+    if args.jobs is not None:
+        workload.jobs = workload.jobs[: args.jobs]
+    return machine, workload, file_sha256(args.trace)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.png:
+        require_matplotlib()
+    machine, workload, sha = _load(args)
+    scaled = scale_load(workload, args.compress, args.stretch)
+    show = args.progress or sys.stderr.isatty()
+    progress = Progress(len(scaled.jobs)) if show else None
+    result = simulate(scaled, machine, args.policy, args.seed, progress)
+    rows = job_rows(result.outcomes)
+    m = manifest(
+        scaled, source=str(args.trace), sha256=sha, seed=args.seed,
+        machine=(machine.nodes, machine.pes_per_node),
+        extra={"policy": args.policy, "backfill": POLICIES[args.policy], "mpl": 1, "first_jobs": args.jobs},
+    )  # fmt: skip
+    data = result_json(result, m, rows)
+    sys.stdout.write(markdown_run(data))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as stream:
+            dump_json(data, stream)
+    if args.csv:
+        write_csv(rows, args.csv)
+    if args.png:
+        plot_run(rows, args.png, f"{Path(args.trace).name}, {args.policy}, load {m['offered_load']:.2f}")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from storm.tools.sim import sweep
+
+    if args.png:
+        require_matplotlib()
+    machine, workload, sha = _load(args)
+    loads = [float(x) for x in args.loads.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    policies = args.policies.split(",")
+    for policy in policies:
+        if policy not in POLICIES:
+            raise SimUsageError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
+    results = sweep.run_sweep(
+        workload, machine, policies, loads, seeds, scale=args.scale, workers=args.workers
+    )
+    m = manifest(
+        workload, source=str(args.trace), sha256=sha, seed=seeds[0],
+        machine=(machine.nodes, machine.pes_per_node),
+        extra={"seeds": seeds, "policies": policies, "loads": loads, "scale": args.scale,
+               "first_jobs": args.jobs,
+               "saturation_rule": f"mean bounded slowdown > {sweep.SATURATION_BSLD:g}"},
+    )  # fmt: skip
+    text = sweep.markdown(results)
+    sys.stdout.write(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as stream:
+            dump_json({"manifest": m, "runs": results, "curves": sweep.curves(results)}, stream)
+    if args.markdown:
+        Path(args.markdown).write_text(text, encoding="utf-8")
+    if args.png:
+        sweep.plot(results, args.png, f"{Path(args.trace).name}, {machine.pes} PEs")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    trace = generate(args.jobs, args.nodes, args.seed, args.mix)
+    save_swf(trace, args.output)
+    print(
+        f"{args.jobs} jobs of the Lublin-Feitelson model ({args.mix}) for {args.nodes} nodes, "
+        f"seed {args.seed}: {args.output}"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="storm sim", description="Simulate storm-mm on a workload trace.")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="one simulated run of an SWF trace")
+    _add_workload_options(run)
+    run.add_argument(
+        "--policy", choices=tuple(POLICIES), default="easy", help="batch scheduling (default easy)"
+    )
+    run.add_argument("--seed", type=int, default=0, help="seed of the MM core's nonces (default 0)")
+    run.add_argument("--compress", type=float, default=1.0, help="divide arrival times by this (default 1)")
+    run.add_argument(
+        "--stretch", type=float, default=1.0, help="multiply runtimes and limits by this (default 1)"
+    )
+    run.add_argument("--json", help="write every figure and the manifest here")
+    run.add_argument("--csv", help="write one line per job here")
+    run.add_argument("--png", help="plot waits and the slowdown CDF here (needs matplotlib)")
+    run.add_argument(
+        "--progress", action="store_true", help="progress bar even when stderr is not a terminal"
+    )
+    run.set_defaults(func=cmd_run)
+    sw = sub.add_parser("sweep", help="policies x offered loads x seeds, in parallel, with curves")
+    _add_workload_options(sw)
+    sw.add_argument(
+        "--policies", default="fcfs,easy,conservative", help="comma-separated (default all three)"
+    )
+    sw.add_argument("--loads", default="0.5,0.6,0.7,0.8,0.9,1.0", help="offered loads (comma-separated)")
+    sw.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    sw.add_argument(
+        "--scale", choices=("arrivals", "runtimes"), default="arrivals", help="how load is raised"
+    )
+    sw.add_argument("--workers", type=int, help="processes (default: this machine's CPUs)")
+    sw.add_argument("--json", help="write every run and the curves here")
+    sw.add_argument("--markdown", help="write the table here too")
+    sw.add_argument("--png", help="draw the curves here (needs matplotlib)")
+    sw.set_defaults(func=cmd_sweep)
+    ge = sub.add_parser("generate", help="a synthetic SWF trace from a workload model")
+    ge.add_argument("--model", choices=("lublin",), default="lublin")
+    ge.add_argument(
+        "--mix", choices=MIXES, default="typed", help="typed: interactive + batch; whole: one fit"
+    )
+    ge.add_argument("--jobs", type=int, required=True)
+    ge.add_argument("--nodes", type=int, required=True, help="machine size the sizes are drawn for")
+    ge.add_argument("--seed", type=int, default=0)
+    ge.add_argument("-o", "--output", required=True)
+    ge.set_defaults(func=cmd_generate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.func(args)
+    except (SimUsageError, SwfError, MissingExtra, ValueError, OSError) as exc:
+        print(f"storm sim {args.cmd}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""The discrete-event engine of ``storm sim``: storm-mm's own core on a simulated clock.
+
+The engine owns no scheduling logic. It feeds the MM core (:class:`storm.mm.core.Controller`, with the
+in-memory store) what a cluster would: node managers registering (mm's RegisterNode), users submitting
+(SubmitJob from a caller with the trace's user id), node managers reporting launches and ends
+(tools/sim/nodes.py), and the clock (``tick`` for time limits). Whatever the core sends back (launches,
+kills, job ends) is carried out at the same simulated instant: messages take no time.
+
+Events are kept in one heap, ordered by (time, kind, job): at one instant, first the jobs whose runtime is
+over end (:data:`END`), then time limits are enforced (:data:`LIMIT`), then new jobs arrive (:data:`SUBMIT`),
+each kind in job order, so PEs freed at an instant are free for what arrives at it. Once every event of an
+instant is delivered, the core runs its scheduling pass (:meth:`Engine._pass`). Nothing here draws a random
+number; the seed only makes the core's kvsname nonces (and so the whole run) reproducible.
+
+The core enforces a time limit itself, when its clock shows a job ran *more* than its limit: the engine ticks
+it once, at the first representable instant after start + limit, and only for jobs that will still run
+then (a tick at any other instant would find nothing to do). A job that ends exactly at its limit completes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TextIO
+
+from storm.mm import protocol as p
+from storm.mm.config import MMConfig
+from storm.mm.core import Controller, FromNode
+from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
+from storm.mm.memory_store import MemoryStore
+from storm.mm.rights import Account
+from storm.mm.runs import seeded_nonces
+from storm.tools.sim.nodes import InvariantError, SimNodes
+from storm.tools.sim.swf import SimJob, Workload
+
+END, LIMIT, SUBMIT = 0, 1, 2  # the order of events at one instant (see the module's docstring)
+EVENT_ORDER = (
+    "(time, kind, job): at one instant jobs whose runtime is over end, then time limits, then arrivals "
+    "(each in job order); the scheduling pass runs after all of them"
+)
+
+# What the CLI's --policy names, as the MM's [mm] backfill values. The core schedules batch jobs in one row
+# of the matrix (MPL 1) under every one of them.
+POLICIES = {"fcfs": "none", "easy": "easy", "conservative": "conservative"}
+# mm/scheduler.py has all three modes and [mm] backfill names them, but the core's RunTable.schedule does not
+# pass the setting to the scheduler yet (mm/runs.py): until it does, it runs EASY whatever the setting, and
+# a run labelled fcfs or conservative would be EASY's. Add the two here when it does.
+SUPPORTED_BACKFILL = ("easy",)
+
+NOBODY = 65534  # the uid of jobs whose trace gives no user id
+
+
+class SimError(RuntimeError):
+    """The MM core refused something a simulated cluster sent it (a bug in the engine or the core)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One job's life in the simulation, as storm-mm recorded it (times in simulated seconds)."""
+
+    job: SimJob
+    mm_id: int
+    start: float
+    end: float
+    state: str
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.job.submit
+
+    @property
+    def response(self) -> float:
+        return self.end - self.job.submit
+
+
+@dataclass(frozen=True)
+class Machine:
+    nodes: int
+    pes_per_node: int
+
+    @property
+    def pes(self) -> int:
+        return self.nodes * self.pes_per_node
+
+
+@dataclass
+class RunResult:
+    """What a run produced: every job's outcome (workload order) and the run's own costs."""
+
+    outcomes: list[Outcome]
+    machine: Machine
+    policy: str
+    seed: int
+    wall_seconds: float
+    events: int
+    passes: int
+
+
+@contextmanager
+def quiet_core() -> Iterator[None]:
+    """The core logs a line per job start and end: at thousands of jobs a second that is most of the cost."""
+    logger = logging.getLogger("storm.mm")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class Progress:
+    """A one-line progress bar on ``stream`` (stderr), redrawn at most every 0.2 s of wall clock."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.total = max(total, 1)
+        self.stream = stream
+        self.last = 0.0
+        self.started = time.perf_counter()
+
+    def __call__(self, done: int, now: float) -> None:
+        wall = time.perf_counter()
+        if wall - self.last < 0.2 and done < self.total:
+            return
+        self.last = wall
+        share = done / self.total
+        bar = "#" * int(30 * share)
+        rate = done / max(wall - self.started, 1e-9)
+        self.stream.write(
+            f"\r[{bar:<30}] {done}/{self.total} jobs, simulated {now / 86400:.1f} d, {rate:,.0f} jobs/s"
+        )
+        if done >= self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def mm_config(policy: str) -> MMConfig:
+    """The MM's configuration for a simulated batch cluster under ``policy`` (a key of POLICIES)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
+    if POLICIES[policy] not in SUPPORTED_BACKFILL:
+        raise ValueError(
+            f"policy {policy!r} needs [mm] backfill = {POLICIES[policy]!r}, which this storm-mm's core "
+            "does not pass to its scheduler yet (mm/runs.py)"
+        )
+    # Simulated nodes never go silent and answer kills at once: liveness and kill timeouts never fire.
+    return MMConfig(mpl=1, backfill=POLICIES[policy], node_timeout=math.inf, kill_timeout=math.inf)
+
+
+class Engine:
+    """One simulated run of ``workload`` on ``machine`` under ``policy`` (see POLICIES)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        machine: Machine,
+        policy: str = "easy",
+        seed: int = 0,
+        progress: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.machine = machine
+        self.policy = policy
+        self.seed = seed
+        self.progress = progress
+        self.ctl = Controller(MemoryStore(), mm_config(policy), "sim", nonce=seeded_nonces(seed))
+        self.nodes = SimNodes(machine.nodes, machine.pes_per_node)
+        self.heap: list[tuple[float, int, int]] = []
+        self.inbox: deque[tuple[str, p.Message]] = deque()  # (node, report) on its way to the MM
+        self.mm_ids: dict[int, int] = {}  # workload index -> MM job id
+        self.indices: dict[int, int] = {}  # MM job id -> workload index
+        self.ended: dict[int, p.JobInfo] = {}  # MM job id -> its info at the end
+        self.events = 0
+        self.passes = 0
+        self.now = 0.0
+
+    # ------------------------------------------------------------------------------------------ the run
+
+    def run(self) -> RunResult:
+        started = time.perf_counter()
+        jobs = self.workload.jobs
+        with quiet_core():
+            self._carry_out(self.ctl.recover(0.0), None)
+            for registration in self.nodes.registrations():
+                self._from_node(registration.node, registration, 0.0)
+            self._drain(0.0)
+            self._pass(0.0)
+            if jobs:
+                heapq.heappush(self.heap, (jobs[0].submit, SUBMIT, 0))
+            heap = self.heap
+            while heap:
+                now = heap[0][0]
+                self.now = now
+                while heap and heap[0][0] == now:
+                    _, kind, index = heapq.heappop(heap)
+                    self.events += 1
+                    if kind == END:
+                        self._end(index, now)
+                    elif kind == LIMIT:
+                        self._carry_out(self.ctl.tick(now), None)
+                    else:
+                        self._submit(jobs[index], now)
+                        if index + 1 < len(jobs):
+                            heapq.heappush(heap, (jobs[index + 1].submit, SUBMIT, index + 1))
+                    self._drain(now)
+                self._pass(now)
+                if self.progress is not None:
+                    self.progress(len(self.ended), now)
+        wall = time.perf_counter() - started
+        return RunResult(
+            self._outcomes(), self.machine, self.policy, self.seed, wall, self.events, self.passes
+        )
+
+    def _pass(self, now: float) -> None:
+        """The core's scheduling pass for this instant, after all of its events, as storm-mm runs one per
+        burst of messages. Its launches are answered at once, which may make another pass due (a job that
+        ends as it starts cannot, here, but a driver should not assume so): run until none is."""
+        ctl = self.ctl
+        while ctl.pass_due:
+            self.passes += 1
+            self._carry_out(ctl.schedule(now), None)
+            self._drain(now)
+
+    # ------------------------------------------------------------------------------------------ stimuli
+
+    def _submit(self, job: SimJob, now: float) -> None:
+        uid = job.user if job.user >= 0 else NOBODY
+        caller = Account(uid, uid, f"user{uid}")
+        msg = p.SubmitJob(
+            ranks=job.procs, argv=("swf-job",), cwd="/sim", env={}, name=f"swf-{job.number}",
+            time_limit=job.limit,
+        )  # fmt: skip
+        effects = self.ctl.handle(msg, now, caller)
+        reply = effects[0]
+        if not (type(reply) is Reply and type(reply.message) is p.JobSubmitted):
+            raise SimError(f"job {job.number} of the trace refused: {reply}")
+        mm_id = reply.message.job_id
+        self.mm_ids[job.index] = mm_id
+        self.indices[mm_id] = job.index
+        self.nodes.submit_times[mm_id] = now
+        self._carry_out(effects[1:], None)
+
+    def _end(self, mm_id: int, now: float) -> None:
+        for report in self.nodes.finish(mm_id):
+            self.inbox.append((report.node, report))
+
+    def _from_node(self, node: str, message: p.Message, now: float) -> None:
+        self._carry_out(self.ctl.handle(message, now, FromNode(node)), node)
+
+    def _drain(self, now: float) -> None:
+        inbox = self.inbox
+        while inbox:
+            node, message = inbox.popleft()
+            self._from_node(node, message, now)
+
+    def _carry_out(self, effects: list[Effect], origin: str | None) -> None:
+        now = self.now
+        for effect in effects:
+            if isinstance(effect, Send):
+                message = effect.message
+                if isinstance(message, p.LaunchJob):
+                    self._launching(message, now)
+                for report in self.nodes.receive(effect.node, message, now):
+                    self.inbox.append((effect.node, report))
+            elif isinstance(effect, Reply):
+                if isinstance(effect.message, p.Error):
+                    raise SimError(f"storm-mm refused a report of node {origin}: {effect.message.text}")
+            elif isinstance(effect, JobEnded):
+                self.ended[effect.info.id] = effect.info
+            elif not isinstance(effect, Wait | Publish):
+                raise SimError(f"unexpected effect {effect!r}")
+
+    def _launching(self, launch: p.LaunchJob, now: float) -> None:
+        """The job's first launch: its end (and, if it would overrun, its time limit) goes on the heap."""
+        mm_id = launch.job_id
+        if self.nodes.running(mm_id):
+            return
+        job = self.workload.jobs[self.indices[mm_id]]
+        heapq.heappush(self.heap, (now + job.runtime, END, mm_id))
+        if job.runtime > job.limit:
+            kill = now + job.limit
+            while kill - now <= job.limit:  # the core kills when the job ran *more* than its limit
+                kill = math.nextafter(kill, math.inf)
+            heapq.heappush(self.heap, (kill, LIMIT, mm_id))
+
+    # ------------------------------------------------------------------------------------------ results
+
+    def _outcomes(self) -> list[Outcome]:
+        """Every job's outcome, after checking the run's end invariants."""
+        self.nodes.check_idle()
+        if self.ctl.runs.pending or self.ctl.runs.active:
+            runs = self.ctl.runs
+            raise InvariantError(
+                f"jobs left in storm-mm: {len(runs.pending)} queued, {len(runs.active)} placed"
+            )
+        outcomes = []
+        for job in self.workload.jobs:
+            mm_id = self.mm_ids.get(job.index)
+            info = self.ended.get(mm_id) if mm_id is not None else None
+            if info is None or info.start_time is None or info.end_time is None:
+                raise InvariantError(f"job {job.number} of the trace never ended")
+            if info.start_time < job.submit or info.end_time < info.start_time:
+                raise InvariantError(
+                    f"job {job.number}: submitted {job.submit}, "
+                    f"started {info.start_time}, ended {info.end_time}"
+                )
+            outcomes.append(Outcome(job, info.id, info.start_time, info.end_time, info.state))
+        return outcomes
+
+
+def simulate(
+    workload: Workload,
+    machine: Machine,
+    policy: str = "easy",
+    seed: int = 0,
+    progress: Callable[[int, float], None] | None = None,
+) -> RunResult:
+    """Run ``workload`` through storm-mm's core on ``machine``; see :class:`Engine`."""
+    return Engine(workload, machine, policy, seed, progress).run()
+
+
+__all__ = [
+    "EVENT_ORDER",
+    "Engine",
+    "InvariantError",
+    "Machine",
+    "Outcome",
+    "RunResult",
+    "SimError",
+    "simulate",
+]

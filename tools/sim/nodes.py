@@ -1,0 +1,121 @@
+"""Simulated node managers: they answer storm-mm as storm-nm does, with the ranks' lives decided by the trace.
+
+A node registers with its PEs; on a LaunchJob it reports the job launched at once (no process to start), and
+its ranks run until the engine says the job's runtime is over (:meth:`SimNodes.finish`), when the node reports
+every rank exited 0. A KillJob (a time limit, a cancel) ends the node's ranks at once, killed by SIGTERM.
+
+The nodes also check what the MM core decided, on every run, whatever the caller asked for: a PE holds at
+most one rank at a time, no rank starts before its job was submitted, a job launches once per node and
+ends after it started. A breach raises :class:`InvariantError` at the instant it happens.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+
+from storm.mm import protocol as p
+
+_DONE = p.RankExit
+_SIGTERM = int(signal.SIGTERM)
+
+
+class InvariantError(AssertionError):
+    """The MM core did something no scheduler may do (two ranks on one PE, a start before submission...)."""
+
+
+class SimNodes:
+    """``count`` nodes named n0, n1, ... of ``pes`` PEs each. ``submit_times`` are the jobs' submission
+    times by MM job id (filled by the engine as the MM accepts them)."""
+
+    def __init__(self, count: int, pes: int) -> None:
+        if count < 1 or pes < 1:
+            raise ValueError("a machine needs at least one node of at least one PE")
+        self.names = [f"n{i}" for i in range(count)]
+        self.pes = pes
+        self.submit_times: dict[int, float] = {}
+        # (node, PE) -> the job whose rank holds it: the no-PE-used-twice invariant.
+        self.busy: dict[tuple[str, int], int] = {}
+        # job id -> node -> its ranks there, while they run.
+        self.ranks: dict[int, dict[str, tuple[int, ...]]] = {}
+        self.slots: dict[tuple[int, str], tuple[int, ...]] = {}  # (job, node) -> PEs its ranks hold
+        self.launched: set[tuple[int, str]] = set()
+        self.start_times: dict[int, float] = {}
+
+    def registrations(self) -> list[p.RegisterNode]:
+        return [
+            p.RegisterNode(node=name, pes=self.pes, nm_epoch=f"{name}-sim", address=f"sim:{name}")
+            for name in self.names
+        ]
+
+    def receive(self, node: str, message: p.Message, now: float) -> list[p.Message]:
+        """What the node manager of ``node`` says back to the MM about ``message`` (in order)."""
+        if type(message) is p.LaunchJob:
+            return [self._launch(node, message, now)]
+        if type(message) is p.KillJob:
+            done = self._end(node, message.job_id, killed=True)
+            return [] if done is None else [done]
+        # JobRows (a matrix compaction), PMI answers: nothing a batch simulation's ranks act on.
+        return []
+
+    def finish(self, job_id: int) -> list[p.JobNodeDone]:
+        """The job's runtime is over: every node still running its ranks reports them exited 0."""
+        nodes = self.ranks.get(job_id)
+        if not nodes:
+            return []  # killed already (its time limit came first)
+        reports = []
+        for node in list(nodes):
+            done = self._end(node, job_id, killed=False)
+            if done is not None:
+                reports.append(done)
+        return reports
+
+    def running(self, job_id: int) -> bool:
+        return bool(self.ranks.get(job_id))
+
+    def _launch(self, node: str, launch: p.LaunchJob, now: float) -> p.JobLaunched:
+        job_id = launch.job_id
+        key = (job_id, node)
+        if key in self.launched:
+            raise InvariantError(f"job {job_id} launched twice on {node}")
+        submitted = self.submit_times.get(job_id)
+        if submitted is None or now < submitted:
+            raise InvariantError(f"job {job_id} starts at {now} before its submission ({submitted})")
+        self.launched.add(key)
+        busy = self.busy
+        pes = tuple(slot.pe for slot in launch.slots)
+        for pe in pes:
+            if pe >= self.pes:
+                raise InvariantError(f"job {job_id} placed on {node}:{pe}, which has {self.pes} PEs")
+            holder = busy.get((node, pe))
+            if holder is not None:
+                raise InvariantError(f"job {job_id} placed on {node}:{pe}, where job {holder} still runs")
+            busy[(node, pe)] = job_id
+        self.slots[key] = pes
+        self.ranks.setdefault(job_id, {})[node] = tuple(slot.rank for slot in launch.slots)
+        self.start_times.setdefault(job_id, now)
+        return p.JobLaunched(
+            job_id=job_id, node=node, pids={str(r): 1000 + r for r in self.ranks[job_id][node]}
+        )
+
+    def _end(self, node: str, job_id: int, *, killed: bool) -> p.JobNodeDone | None:
+        nodes = self.ranks.get(job_id)
+        if nodes is None or node not in nodes:
+            return None  # a kill for ranks already gone (the MM tells every node; some may be done)
+        ranks = nodes.pop(node)
+        if not nodes:
+            del self.ranks[job_id]
+        busy = self.busy
+        for pe in self.slots.pop((job_id, node)):
+            del busy[(node, pe)]
+        exits: Sequence[p.RankExit]
+        if killed:
+            exits = tuple(_DONE(rank=r, signal=_SIGTERM) for r in ranks)
+        else:
+            exits = tuple(_DONE(rank=r, exit_code=0) for r in ranks)
+        return p.JobNodeDone(job_id=job_id, node=node, exits=tuple(exits))
+
+    def check_idle(self) -> None:
+        """At the end of a run: no rank is left on any PE."""
+        if self.busy or self.ranks:
+            raise InvariantError(f"ranks still running at the end: jobs {sorted(self.ranks)}")
