@@ -15,12 +15,6 @@ from storm.tools.sim.nodes import InvariantError, SimNodes
 from storm.tools.sim.report import dump_json, manifest, result_json
 from storm.tools.sim.swf import read_swf, save_swf, to_workload
 
-NOT_YET = pytest.mark.xfail(
-    reason="[mm] backfill = none / conservative: not in storm-mm yet (wt-fast's scheduler, wt-pass's config)",
-    raises=ValueError,
-    strict=True,
-)
-
 
 def swf(tmp_path: Path, *jobs: tuple[float, float, int, float]) -> Path:
     """An SWF file of (submit, runtime, procs, requested time or -1) jobs, numbered from 1."""
@@ -55,7 +49,6 @@ def test_a_wide_job_blocks_the_queue_behind_it(tmp_path: Path) -> None:
     assert starts(result) == {1: 0, 2: 100, 3: 200}
 
 
-@NOT_YET
 def test_fcfs_does_not_backfill(tmp_path: Path) -> None:
     """A short job that EASY starts at once waits under plain FCFS behind the wide head."""
     path = swf(tmp_path, (0, 100, 2, -1), (1, 100, 4, -1), (2, 10, 1, -1))
@@ -74,7 +67,6 @@ def test_easy_backfills_into_the_heads_spare_pes(tmp_path: Path) -> None:
     assert starts(result) == {1: 0, 2: 100, 3: 503, 4: 3}
 
 
-@NOT_YET
 def test_conservative_does_not_backfill_what_delays_a_later_job(tmp_path: Path) -> None:
     result = run(backfill_case(tmp_path), "conservative")
     assert starts(result)[3] == 200

@@ -49,10 +49,6 @@ EVENT_ORDER = (
 # What the CLI's --policy names, as the MM's [mm] backfill values. The core schedules batch jobs in one row
 # of the matrix (MPL 1) under every one of them.
 POLICIES = {"fcfs": "none", "easy": "easy", "conservative": "conservative"}
-# mm/scheduler.py has all three modes and [mm] backfill names them, but the core's RunTable.schedule does not
-# pass the setting to the scheduler yet (mm/runs.py): until it does, it runs EASY whatever the setting, and
-# a run labelled fcfs or conservative would be EASY's. Add the two here when it does.
-SUPPORTED_BACKFILL = ("easy",)
 
 NOBODY = 65534  # the uid of jobs whose trace gives no user id
 
@@ -144,11 +140,6 @@ def mm_config(policy: str) -> MMConfig:
     """The MM's configuration for a simulated batch cluster under ``policy`` (a key of POLICIES)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
-    if POLICIES[policy] not in SUPPORTED_BACKFILL:
-        raise ValueError(
-            f"policy {policy!r} needs [mm] backfill = {POLICIES[policy]!r}, which this storm-mm's core "
-            "does not pass to its scheduler yet (mm/runs.py)"
-        )
     # Simulated nodes never go silent and answer kills at once: liveness and kill timeouts never fire.
     return MMConfig(mpl=1, backfill=POLICIES[policy], node_timeout=math.inf, kill_timeout=math.inf)
 
