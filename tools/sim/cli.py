@@ -1,4 +1,4 @@
-"""``storm sim run | sweep | generate``: the simulator's command line (``storm sim run --help``)."""
+"""``storm sim run | sweep | generate | compare``: the simulator's command line (``storm sim run --help``)."""
 
 from __future__ import annotations
 
@@ -142,6 +142,39 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from storm.tools.sim import compare
+
+    machine = Machine(args.nodes, args.pes_per_node)
+    if machine.nodes < 1 or machine.pes_per_node < 1:
+        raise SimUsageError("--nodes and --pes-per-node must be at least 1")
+    if args.trace:
+        records = read_swf(args.trace).records
+        workload = to_workload(records, machine.pes)
+        if args.jobs is not None:
+            workload.jobs = workload.jobs[: args.jobs]
+    else:
+        count = 16 if args.jobs is None else args.jobs
+        records = compare.generated(
+            count, machine, args.seed, scale=args.scale, grace=args.grace, gap=args.gap
+        )
+        workload = to_workload(records, machine.pes)
+    work = compare.scaled(workload, args.scale, args.grace)
+    directory = Path(args.dir) if args.dir else None
+    result = compare.compare(
+        work, machine, args.policy, scale=args.scale, grace=args.grace, directory=directory
+    )
+    sys.stdout.write(compare.markdown(result))
+    if args.json:
+        data = compare.to_json(result)
+        data["workload"] = (
+            str(args.trace) if args.trace else f"generated: {len(work.jobs)} jobs, seed {args.seed}"
+        )
+        with open(args.json, "w", encoding="utf-8") as stream:
+            dump_json(data, stream)
+    return 0 if result.order_matches else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="storm sim", description="Simulate storm-mm on a workload trace.")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -187,6 +220,33 @@ def build_parser() -> argparse.ArgumentParser:
     ge.add_argument("--seed", type=int, default=0)
     ge.add_argument("-o", "--output", required=True)
     ge.set_defaults(func=cmd_generate)
+    co = sub.add_parser(
+        "compare",
+        help="one workload through storm sim and through a real local cluster: start order and times",
+        description="Run a workload both ways (see tools/sim/compare.py for the rules); exit 1 if the start "
+        "orders differ.",
+    )
+    co.add_argument(
+        "trace", nargs="?", help="an SWF file (default: a generated workload, see --jobs, --seed)"
+    )
+    co.add_argument("--nodes", type=int, default=4, help="nodes (default 4)")
+    co.add_argument("--pes-per-node", type=int, default=1, help="PEs per node (default 1)")
+    co.add_argument(
+        "--policy", choices=tuple(POLICIES), default="easy", help="batch scheduling (default easy)"
+    )
+    co.add_argument("--jobs", type=int, help="jobs to generate (default 16), or the trace's first N")
+    co.add_argument("--seed", type=int, default=0, help="seed of the generated workload (default 0)")
+    co.add_argument("--scale", type=float, default=0.01, help="live seconds per trace second (default 0.01)")
+    co.add_argument(
+        "--grace", type=float, default=2.0, help="time limit = scaled runtime + this, live s (default 2)"
+    )
+    co.add_argument(
+        "--gap", type=float, default=0.5,
+        help="generated workloads: least live seconds between two arrivals/ends (default 0.5)",
+    )  # fmt: skip
+    co.add_argument("--dir", help="the local cluster's directory (default: a temporary one, removed)")
+    co.add_argument("--json", help="write every job's times and the summary here")
+    co.set_defaults(func=cmd_compare)
     return parser
 
 
