@@ -180,3 +180,16 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert cli.main(["run", str(tmp_path / "t.swf")]) == 2
     assert "MaxNodes" in capsys.readouterr().err
     assert cli.main(["run", str(tmp_path / "t.swf"), "--nodes", "1", "--estimate", "x0.5"]) == 2
+
+
+def test_the_trace_may_be_named_with_trace_and_must_be_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.swf"
+    trace.write_text("1 0 -1 10 1\n2 5 -1 10 2\n")
+    assert cli.main(["run", "--trace", str(trace), "--nodes", "2", "--policy", "fcfs"]) == 0
+    assert "| fcfs |" in capsys.readouterr().out
+    assert cli.main(["run", "--nodes", "2"]) == 2
+    assert "no trace" in capsys.readouterr().err
+    assert cli.main(["run", str(trace), "--trace", str(tmp_path / "other.swf"), "--nodes", "2"]) == 2
+    assert "two traces given" in capsys.readouterr().err

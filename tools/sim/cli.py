@@ -52,7 +52,9 @@ def _machine(args: argparse.Namespace, header: tuple[int, int] | None) -> Machin
 
 
 def _add_workload_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", help="an SWF file")
+    # Positional, or --trace as the issue and Batsim-style tools spell it; one of the two is required.
+    parser.add_argument("trace", nargs="?", help="an SWF file (or --trace FILE)")
+    parser.add_argument("--trace", dest="trace_option", metavar="FILE", help="an SWF file")
     parser.add_argument("--nodes", type=int, help="nodes (default: the trace's MaxNodes)")
     parser.add_argument("--pes-per-node", type=int, help="PEs per node (default: MaxProcs / MaxNodes)")
     parser.add_argument(
@@ -63,8 +65,18 @@ def _add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, help="simulate only the first N jobs")
 
 
+def _trace_path(args: argparse.Namespace) -> str:
+    if args.trace and args.trace_option and args.trace != args.trace_option:
+        raise SimUsageError(f"two traces given: {args.trace} and --trace {args.trace_option}")
+    path: str | None = args.trace or args.trace_option
+    if not path:
+        raise SimUsageError("no trace: give an SWF file (storm sim generate makes one)")
+    args.trace = path
+    return path
+
+
 def _load(args: argparse.Namespace) -> tuple[Machine, Workload, str]:
-    trace = read_swf(args.trace)
+    trace = read_swf(_trace_path(args))
     machine = _machine(args, machine_from_header(trace))
     workload = to_workload(trace.records, machine.pes, args.estimate)
     if args.jobs is not None:
