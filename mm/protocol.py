@@ -183,7 +183,8 @@ class RankExit:
 
     @property
     def failed(self) -> bool:
-        return self.status != 0
+        # status != 0, spelled out: asked of every rank of every job that ends (a signal is 1..127).
+        return self.signal is not None or self.exit_code != 0 or self.error != ""
 
     def describe(self) -> str:
         if self.signal is not None:

@@ -34,6 +34,7 @@ from storm.mm import protocol as p
 from storm.mm.config import MMConfig
 from storm.mm.core import Controller, FromNode
 from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
+from storm.mm.jobs import Job
 from storm.mm.memory_store import MemoryStore
 from storm.mm.rights import Account
 from storm.mm.runs import seeded_nonces
@@ -166,7 +167,8 @@ class Engine:
         self.inbox: deque[tuple[str, p.Message]] = deque()  # (node, report) on its way to the MM
         self.mm_ids: dict[int, int] = {}  # workload index -> MM job id
         self.indices: dict[int, int] = {}  # MM job id -> workload index
-        self.ended: dict[int, p.JobInfo] = {}  # MM job id -> its info at the end
+        self.ended: dict[int, Job] = {}  # MM job id -> its record at the end
+        self.callers: dict[int, Account] = {}  # uid -> the account its jobs are submitted as
         self.events = 0
         self.passes = 0
         self.now = 0.0
@@ -222,7 +224,9 @@ class Engine:
 
     def _submit(self, job: SimJob, now: float) -> None:
         uid = job.user if job.user >= 0 else NOBODY
-        caller = Account(uid, uid, f"user{uid}")
+        caller = self.callers.get(uid)
+        if caller is None:
+            caller = self.callers[uid] = Account(uid, uid, f"user{uid}")
         msg = p.SubmitJob(
             ranks=job.procs, argv=("swf-job",), cwd="/sim", env={}, name=f"swf-{job.number}",
             time_limit=job.limit,
@@ -263,7 +267,7 @@ class Engine:
                 if isinstance(effect.message, p.Error):
                     raise SimError(f"storm-mm refused a report of node {origin}: {effect.message.text}")
             elif isinstance(effect, JobEnded):
-                self.ended[effect.info.id] = effect.info
+                self.ended[effect.job.id] = effect.job
             elif not isinstance(effect, Wait | Publish):
                 raise SimError(f"unexpected effect {effect!r}")
 
@@ -301,7 +305,7 @@ class Engine:
                     f"job {job.number}: submitted {job.submit}, "
                     f"started {info.start_time}, ended {info.end_time}"
                 )
-            outcomes.append(Outcome(job, info.id, info.start_time, info.end_time, info.state))
+            outcomes.append(Outcome(job, info.id, info.start_time, info.end_time, info.state.value))
         return outcomes
 
 
