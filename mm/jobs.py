@@ -130,7 +130,7 @@ def advance(job: Job, state: JobState, now: float, **changes: object) -> Job:
     # of these per job, in a simulator thousands of jobs a second.
     values = {name: getattr(job, name) for name in _FIELDS}
     values.update(changes, state=state)
-    return Job(**values)  # type: ignore[arg-type]
+    return Job(**values)
 
 
 def requeue(job: Job, reason: str) -> Job:

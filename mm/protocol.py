@@ -183,8 +183,7 @@ class RankExit:
 
     @property
     def failed(self) -> bool:
-        # status != 0, spelled out: asked of every rank of every job that ends (a signal is 1..127).
-        return self.signal is not None or self.exit_code != 0 or self.error != ""
+        return self.signal is not None or self.exit_code != 0 or self.error != ""  # status != 0, cheaper
 
     def describe(self) -> str:
         if self.signal is not None:
