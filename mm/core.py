@@ -362,7 +362,7 @@ class Controller:
         for job_id in sorted(listed):
             starting = runs.active.get(job_id)
             if starting is not None and starting.state is JobState.STARTING and msg.node in starting.nodes:
-                self._launched(starting, msg.node, now)  # re-adopted by a restarted NM before it reported
+                self.runs.launched(starting, msg.node, now)  # re-adopted by a restarted NM before it reported
             self._stop_if_over(msg.node, job_id, out)
         log.info("node %s registered with %d PEs (%s)", msg.node, msg.pes, msg.address or "no address")
         runs.want_pass()
@@ -400,7 +400,7 @@ class Controller:
             job = self.runs.active.get(job_id)
             if job is not None and job.state is JobState.STARTING and msg.node in job.nodes:
                 if job_id in launched:
-                    self._launched(job, msg.node, now)  # the launch report may have been lost
+                    self.runs.launched(job, msg.node, now)  # the launch report may have been lost
             elif self._stop_if_over(msg.node, job_id, out):
                 out.append(Send(msg.node, p.KillJob(job_id=job_id, reason="the job has ended")))
         if (was_draining and not node.stale) or echoes_over:
@@ -435,17 +435,8 @@ class Controller:
             self._stop_if_over(msg.node, msg.job_id, out)
             out.append(Send(msg.node, p.KillJob(job_id=msg.job_id, reason="the job has ended")))
             return None
-        self._launched(job, msg.node, now)
+        self.runs.launched(job, msg.node, now)
         return None
-
-    def _launched(self, job: Job, node: str, now: float) -> None:
-        track = self.runs.tracking[job.id]
-        track.launched.add(node)
-        if job.state is JobState.STARTING and track.launched >= set(job.nodes):
-            track.launches.clear()
-            job = advance(job, JobState.RUNNING, now, start_time=job.start_time)
-            self.store.save_job(job)
-            self.runs.active[job.id] = job
 
     def _rank_failed(self, msg: p.RankFailed, now: float, out: list[Effect]) -> p.Error | None:
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
@@ -474,7 +465,7 @@ class Controller:
             return None  # a re-sent report, or the last word from a node that was written off
         track = runs.tracking[job.id]
         track.done[msg.node] = msg.exits
-        if not set(track.done) >= set(job.nodes):
+        if len(track.done) < len(job.nodes) or not set(track.done) >= set(job.nodes):
             # Stored before the ack, after which the node forgets the job: an MM restarted before the job's
             # other nodes report must know this one finished its part rather than lost it.
             self.store.save_node_exits(job.id, msg.node, msg.exits)

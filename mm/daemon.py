@@ -305,7 +305,8 @@ class MachineManager:
                 case Wait() if sock is not None:
                     self.waiters.setdefault(effect.job_id, []).append((sock, identity, effect.req))
                 case JobEnded():
-                    for waiter, who, req in self.waiters.pop(effect.info.id, []):
+                    # effect.info is made per waiter: most jobs have none.
+                    for waiter, who, req in self.waiters.pop(effect.job.id, []):
                         self._send(waiter, who, p.JobList(req=req, jobs=(effect.info,)))
                 case Publish():
                     self.heartbeats.send(p.encode(effect.heartbeat), flags=zmq.NOBLOCK)

@@ -247,6 +247,8 @@ class Matrix:
         are tried from the lowest row up, each into the lowest row that has room for it.
         """
         moved: dict[int, int] = {}
+        if self._mpl == 1:
+            return moved  # no row below the only one: spares every job's end a sort of all placed jobs
         for job_id, placement in sorted(self._jobs.items(), key=lambda item: (item[1].row, item[0])):
             current = self._jobs[job_id].row
             for row in range(current):

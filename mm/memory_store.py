@@ -7,8 +7,8 @@ either; nothing survives the process. A transaction only groups (a write is neve
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from types import TracebackType
 
 from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
@@ -16,6 +16,27 @@ from storm.mm.states import JobState
 from storm.mm.storage import NodeRecord, StoreError
 
 _ACTIVE = (JobState.PENDING, JobState.STARTING, JobState.RUNNING)
+
+
+class _Transaction:
+    """A block of writes: a plain context manager, as a generator-based one costs a simulator (which opens
+    several per stimulus, hundreds of thousands a run) more than the writes themselves."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        self._store._depth += 1
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        store = self._store
+        store._depth -= 1
+        if store._depth == 0:
+            store.commits += 1
 
 
 class MemoryStore:
@@ -31,16 +52,10 @@ class MemoryStore:
         self._nodes: dict[str, NodeRecord] = {}
         self._depth = 0
         self.commits = 0  # outermost write blocks ended: what SQLite would have committed
+        self._transaction = _Transaction(self)  # reentrant: the depth is the store's, not the block's
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            if self._depth == 0:
-                self.commits += 1
+    def transaction(self) -> _Transaction:
+        return self._transaction
 
     def close(self) -> None:
         pass
@@ -68,8 +83,11 @@ class MemoryStore:
             old = self._jobs.get(job.id)
             if old is None:
                 raise StoreError(f"job {job.id} is not in the store")
-            # As the SQLite store: the spec and submit time are written once, by add_job.
-            self._jobs[job.id] = dataclasses.replace(job, spec=old.spec, submit_time=old.submit_time)
+            # As the SQLite store: the spec and submit time are written once, by add_job. The core saves
+            # records derived from the stored one, which carry both already: no copy needed then.
+            if job.spec is not old.spec or job.submit_time != old.submit_time:
+                job = dataclasses.replace(job, spec=old.spec, submit_time=old.submit_time)
+            self._jobs[job.id] = job
 
     def save_wireup(self, job_id: int, kvsname: str, hosts: tuple[int, ...] = ()) -> None:
         with self.transaction():

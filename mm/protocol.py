@@ -183,7 +183,7 @@ class RankExit:
 
     @property
     def failed(self) -> bool:
-        return self.status != 0
+        return self.signal is not None or self.exit_code != 0 or self.error != ""  # status != 0, cheaper
 
     def describe(self) -> str:
         if self.signal is not None:

@@ -52,6 +52,8 @@ class Echoes:
 
     def held(self, pending: Iterable[int]) -> dict[int, set[str]]:
         """The pending jobs that must wait, and for which nodes; entries of jobs no longer pending go."""
+        if not self._nodes:
+            return {}  # nothing requeued waits: spares each pass a set of the whole queue
         queued = set(pending)
         for job_id in set(self._nodes) - queued:
             del self._nodes[job_id]  # cancelled while it waited

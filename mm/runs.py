@@ -38,6 +38,7 @@ or stops draining) makes one due (:meth:`RunTable.want_pass`), and the Controlle
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import random
@@ -93,6 +94,13 @@ class Tracking:
 
 
 NAMES_PER_USER = 1024  # names one user may have published at once
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _slot(rank: int, pe: int) -> RankSlot:
+    """One rank's slot, shared between launches: a record is immutable, and a launch carries one per rank
+    (its check costs more than the rest of a small job's start in a simulator)."""
+    return RankSlot(rank=rank, pe=pe)
 
 
 class Names:
@@ -191,6 +199,11 @@ class RunTable:
         self.pass_due = False  # see want_pass
         # Each queued job as the scheduler sees it, made once rather than in every pass (a long queue).
         self._queued: dict[int, QueuedJob] = {}
+        # Each active job with a start time as the scheduler sees it, made as it enters ``active`` (start
+        # and limit never change after), not in every pass. The ids of active jobs whose start_time is
+        # falsy (0.0, None): a pass counts them as started at its own ``now``, as it always has.
+        self._running: dict[int, RunningJob] = {}
+        self._started_at_zero: set[int] = set()
         self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
 
     def job(self, job_id: int) -> Job | None:
@@ -216,6 +229,7 @@ class RunTable:
                 self.pending[job.id] = job
                 continue
             self.active[job.id] = job
+            self._run(job)
             launched = set(job.nodes) if job.state is JobState.RUNNING else set()
             kvsname, hosts = wireups.get(job.id, ("", ()))
             track = self.tracking[job.id] = Tracking(
@@ -253,10 +267,11 @@ class RunTable:
             for j in self.pending.values()
         }
         queue = [q for job_id, q in self._queued.items() if job_id not in held]
-        running = {
-            j.id: RunningJob(job_id=j.id, start_time=j.start_time or now, time_limit=j.spec.time_limit)
-            for j in self.active.values()
-        }
+        running = self._running
+        if self._started_at_zero:
+            running = dict(running)
+            for job_id in self._started_at_zero:
+                running[job_id] = RunningJob(job_id, now, self.active[job_id].spec.time_limit)
         plan = schedule(
             now, queue, running, self.matrix, self.registry.usable(), backfill=self.config.backfill
         )
@@ -276,6 +291,7 @@ class RunTable:
             self.store.save_job(job)
             self.store.save_wireup(job.id, track.kvsname, track.hosts)
         self.active[job.id] = job
+        self._run(job)
         self.tracking[job.id] = track
         if self.cycle is not None:
             self.cycle.add(job.id, now)
@@ -283,14 +299,24 @@ class RunTable:
         out.extend(Send(node, launch) for node, launch in track.launches.items())
         log.info("job %d started on %s", job.id, ",".join(job.nodes))
 
+    def _run(self, job: Job) -> None:
+        """The job entered ``active``: how the scheduler sees it from now on (see ``_running``)."""
+        if job.start_time:
+            self._running[job.id] = RunningJob(job.id, job.start_time, job.spec.time_limit)
+        else:
+            self._started_at_zero.add(job.id)
+
     def launches(self, job: Job, track: Tracking) -> dict[str, LaunchJob]:
         """Each node's launch of a placed job, from what the store keeps: a restarted MM rebuilds them."""
+        per_node: dict[str, list[RankSlot]] = {}  # one walk of the placement, not one per node
+        for rank, (node, pe) in enumerate(job.placement):
+            per_node.setdefault(node, []).append(_slot(rank, pe))
         nodes = job.nodes
-        counts = tuple(sum(1 for n, _ in job.placement if n == node) for node in nodes)
+        counts = tuple(len(per_node[node]) for node in nodes)
         spec = job.spec
         launches = {}
         for index, node in enumerate(nodes):
-            slots = tuple(RankSlot(rank=r, pe=pe) for r, (n, pe) in enumerate(job.placement) if n == node)
+            slots = tuple(per_node[node])
             launches[node] = LaunchJob(
                 job_id=job.id, name=spec.name, kvsname=track.kvsname, size=spec.ranks, row=job.row or 0,
                 node_index=index, ranks_per_node=counts, hosts=track.hosts, slots=slots, argv=spec.argv,
@@ -298,6 +324,17 @@ class RunTable:
                 error=spec.error, hook=spec.hook,
             )  # fmt: skip
         return launches
+
+    def launched(self, job: Job, node: str, now: float) -> None:
+        """The node's ranks of the job exist: once every node's do, a starting job is RUNNING."""
+        track = self.tracking[job.id]
+        track.launched.add(node)
+        launched, nodes = track.launched, job.nodes  # lengths first: sets cost O(k) per report of k
+        if job.state is JobState.STARTING and len(launched) >= len(nodes) and launched >= set(nodes):
+            track.launches.clear()
+            job = advance(job, JobState.RUNNING, now, start_time=job.start_time)
+            self.store.save_job(job)
+            self.active[job.id] = job
 
     def node_lost(self, job: Job, node: str, reason: str, now: float, out: list[Effect]) -> None:
         """The node's ranks of the job are written off: nothing more is expected from it."""
@@ -335,7 +372,8 @@ class RunTable:
         if job is None:
             return
         track = self.tracking[job_id]
-        if not set(track.done) >= set(job.nodes):
+        # The lengths first: a job on k nodes is asked once per node report, and sets cost O(k) each.
+        if len(track.done) < len(job.nodes) or not set(track.done) >= set(job.nodes):
             return
         exits = [e for node in job.nodes for e in track.done[node]]
         if job.ending is not None:
@@ -360,6 +398,8 @@ class RunTable:
         if self.names.forget(job_id):
             log.info("job %d: its published names are gone with it", job_id)
         del self.active[job_id]
+        self._running.pop(job_id, None)
+        self._started_at_zero.discard(job_id)
         del self.tracking[job_id]
         self.matrix.release(job_id)
         if again:
@@ -424,5 +464,5 @@ class RunTable:
     def finish(self, job: Job, out: list[Effect]) -> None:
         """The job is in its terminal state: stored, then its waiting clients are answered."""
         self.store.save_job(job)
-        out.append(JobEnded(job.info()))
+        out.append(JobEnded(job))
         log.info("job %d %s%s", job.id, job.state.value, f": {job.reason}" if job.reason else "")

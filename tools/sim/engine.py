@@ -15,6 +15,25 @@ number; the seed only makes the core's kvsname nonces (and so the whole run) rep
 The core enforces a time limit itself, when its clock shows a job ran *more* than its limit: the engine ticks
 it once, at the first representable instant after start + limit, and only for jobs that will still run
 then (a tick at any other instant would find nothing to do). A job that ends exactly at its limit completes.
+
+By default the machine is simulated as fewer, larger nodes (:func:`merged`: its nodes grouped evenly, at
+most 4,096 PEs a node, the most a node manager may register), which gives the same start and end of every
+job (tests/test_sim_nodes_merged.py checks it on random workloads) for three reasons:
+
+- The core schedules simulated jobs in one row (MPL 1) on nodes that are all usable (they never go silent,
+  and nothing is requeued, so none is draining), and its scheduler decides from counts of free PEs alone:
+  which job starts, EASY's shadow time and extra PEs, conservative backfilling's profiles
+  (mm/scheduler.py: "Reservations count PEs, not particular PEs"). The matrix places a job in a row
+  whenever the row has that many free PEs, spanning nodes as needed (Matrix.find), so a start never fails
+  for want of a node of the right shape. The count of free PEs at an instant is the same on either machine
+  if the same jobs started and ended before it: by induction over the events, so are all decisions.
+- A job's end is its start plus its runtime, or its time limit: the nodes play no part. Every node of a
+  job reports at the same instant, before that instant's pass.
+- Nothing else depends on the nodes: there is no compaction with one row, job ids follow submissions,
+  and kvsname nonces are drawn once per start, in the order of the starts.
+
+What differs is only what a run costs: a job on k nodes costs 2k messages through the core, one node's
+costs 2, and the job's Outcome names no node. ``merge_nodes=False`` simulates the nodes as given.
 """
 
 from __future__ import annotations
@@ -34,6 +53,7 @@ from storm.mm import protocol as p
 from storm.mm.config import MMConfig
 from storm.mm.core import Controller, FromNode
 from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
+from storm.mm.jobs import Job
 from storm.mm.memory_store import MemoryStore
 from storm.mm.rights import Account
 from storm.mm.runs import seeded_nonces
@@ -51,6 +71,7 @@ EVENT_ORDER = (
 POLICIES = {"fcfs": "none", "easy": "easy", "conservative": "conservative"}
 
 NOBODY = 65534  # the uid of jobs whose trace gives no user id
+MAX_NODE_PES = 4096  # the most PEs a node manager may register (RegisterNode)
 
 
 class SimError(RuntimeError):
@@ -97,6 +118,7 @@ class RunResult:
     wall_seconds: float
     events: int
     passes: int
+    simulated: Machine | None = None  # the nodes the core saw, when not ``machine``'s (see merged())
 
 
 @contextmanager
@@ -136,6 +158,17 @@ class Progress:
         self.stream.flush()
 
 
+def merged(machine: Machine) -> Machine:
+    """The same PEs as the fewest nodes that group ``machine``'s evenly, of at most MAX_NODE_PES PEs each
+    (``machine`` itself if its nodes are that large already). The module's docstring says why a run on it
+    decides the same."""
+    nodes, pes = machine.nodes, machine.pes_per_node
+    groups = [d for d in range(1, nodes + 1) if nodes % d == 0 and pes * d <= MAX_NODE_PES]
+    if not groups:
+        return machine
+    return Machine(nodes // groups[-1], pes * groups[-1])
+
+
 def mm_config(policy: str) -> MMConfig:
     """The MM's configuration for a simulated batch cluster under ``policy`` (a key of POLICIES)."""
     if policy not in POLICIES:
@@ -154,19 +187,23 @@ class Engine:
         policy: str = "easy",
         seed: int = 0,
         progress: Callable[[int, float], None] | None = None,
+        *,
+        merge_nodes: bool = True,
     ) -> None:
         self.workload = workload
         self.machine = machine
+        self.simulated = merged(machine) if merge_nodes else machine  # see the module's docstring
         self.policy = policy
         self.seed = seed
         self.progress = progress
         self.ctl = Controller(MemoryStore(), mm_config(policy), "sim", nonce=seeded_nonces(seed))
-        self.nodes = SimNodes(machine.nodes, machine.pes_per_node)
+        self.nodes = SimNodes(self.simulated.nodes, self.simulated.pes_per_node)
         self.heap: list[tuple[float, int, int]] = []
         self.inbox: deque[tuple[str, p.Message]] = deque()  # (node, report) on its way to the MM
         self.mm_ids: dict[int, int] = {}  # workload index -> MM job id
         self.indices: dict[int, int] = {}  # MM job id -> workload index
-        self.ended: dict[int, p.JobInfo] = {}  # MM job id -> its info at the end
+        self.ended: dict[int, Job] = {}  # MM job id -> its record at the end
+        self.callers: dict[int, Account] = {}  # uid -> the account its jobs are submitted as
         self.events = 0
         self.passes = 0
         self.now = 0.0
@@ -204,8 +241,9 @@ class Engine:
                 if self.progress is not None:
                     self.progress(len(self.ended), now)
         wall = time.perf_counter() - started
+        simulated = self.simulated if self.simulated != self.machine else None
         return RunResult(
-            self._outcomes(), self.machine, self.policy, self.seed, wall, self.events, self.passes
+            self._outcomes(), self.machine, self.policy, self.seed, wall, self.events, self.passes, simulated
         )
 
     def _pass(self, now: float) -> None:
@@ -222,7 +260,9 @@ class Engine:
 
     def _submit(self, job: SimJob, now: float) -> None:
         uid = job.user if job.user >= 0 else NOBODY
-        caller = Account(uid, uid, f"user{uid}")
+        caller = self.callers.get(uid)
+        if caller is None:
+            caller = self.callers[uid] = Account(uid, uid, f"user{uid}")
         msg = p.SubmitJob(
             ranks=job.procs, argv=("swf-job",), cwd="/sim", env={}, name=f"swf-{job.number}",
             time_limit=job.limit,
@@ -263,7 +303,7 @@ class Engine:
                 if isinstance(effect.message, p.Error):
                     raise SimError(f"storm-mm refused a report of node {origin}: {effect.message.text}")
             elif isinstance(effect, JobEnded):
-                self.ended[effect.info.id] = effect.info
+                self.ended[effect.job.id] = effect.job
             elif not isinstance(effect, Wait | Publish):
                 raise SimError(f"unexpected effect {effect!r}")
 
@@ -301,7 +341,7 @@ class Engine:
                     f"job {job.number}: submitted {job.submit}, "
                     f"started {info.start_time}, ended {info.end_time}"
                 )
-            outcomes.append(Outcome(job, info.id, info.start_time, info.end_time, info.state))
+            outcomes.append(Outcome(job, info.id, info.start_time, info.end_time, info.state.value))
         return outcomes
 
 
@@ -311,9 +351,12 @@ def simulate(
     policy: str = "easy",
     seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
+    *,
+    merge_nodes: bool = True,
 ) -> RunResult:
-    """Run ``workload`` through storm-mm's core on ``machine``; see :class:`Engine`."""
-    return Engine(workload, machine, policy, seed, progress).run()
+    """Run ``workload`` through storm-mm's core on ``machine``; see :class:`Engine` (and the module's
+    docstring for ``merge_nodes``)."""
+    return Engine(workload, machine, policy, seed, progress, merge_nodes=merge_nodes).run()
 
 
 __all__ = [
@@ -324,5 +367,6 @@ __all__ = [
     "Outcome",
     "RunResult",
     "SimError",
+    "merged",
     "simulate",
 ]

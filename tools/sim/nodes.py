@@ -11,13 +11,28 @@ ends after it started. A breach raises :class:`InvariantError` at the instant it
 
 from __future__ import annotations
 
+import functools
 import signal
-from collections.abc import Sequence
 
 from storm.mm import protocol as p
 
 _DONE = p.RankExit
 _SIGTERM = int(signal.SIGTERM)
+
+
+@functools.lru_cache(maxsize=4096)
+def _exits(ranks: tuple[int, ...], killed: bool) -> tuple[p.RankExit, ...]:
+    """The exits of a node's ranks: shared between reports (immutable), since ranks are block-distributed
+    and the same few blocks recur job after job."""
+    if killed:
+        return tuple(_DONE(rank=r, signal=_SIGTERM) for r in ranks)
+    return tuple(_DONE(rank=r, exit_code=0) for r in ranks)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pids(ranks: tuple[int, ...]) -> dict[str, int]:
+    """Made-up process ids of a node's ranks, shared between reports: nothing changes them."""
+    return {str(r): 1000 + r for r in ranks}
 
 
 class InvariantError(AssertionError):
@@ -92,11 +107,10 @@ class SimNodes:
                 raise InvariantError(f"job {job_id} placed on {node}:{pe}, where job {holder} still runs")
             busy[(node, pe)] = job_id
         self.slots[key] = pes
-        self.ranks.setdefault(job_id, {})[node] = tuple(slot.rank for slot in launch.slots)
+        ranks = tuple(slot.rank for slot in launch.slots)
+        self.ranks.setdefault(job_id, {})[node] = ranks
         self.start_times.setdefault(job_id, now)
-        return p.JobLaunched(
-            job_id=job_id, node=node, pids={str(r): 1000 + r for r in self.ranks[job_id][node]}
-        )
+        return p.JobLaunched(job_id=job_id, node=node, pids=_pids(ranks))
 
     def _end(self, node: str, job_id: int, *, killed: bool) -> p.JobNodeDone | None:
         nodes = self.ranks.get(job_id)
@@ -108,12 +122,7 @@ class SimNodes:
         busy = self.busy
         for pe in self.slots.pop((job_id, node)):
             del busy[(node, pe)]
-        exits: Sequence[p.RankExit]
-        if killed:
-            exits = tuple(_DONE(rank=r, signal=_SIGTERM) for r in ranks)
-        else:
-            exits = tuple(_DONE(rank=r, exit_code=0) for r in ranks)
-        return p.JobNodeDone(job_id=job_id, node=node, exits=tuple(exits))
+        return p.JobNodeDone(job_id=job_id, node=node, exits=_exits(ranks, killed))
 
     def check_idle(self) -> None:
         """At the end of a run: no rank is left on any PE."""

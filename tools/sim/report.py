@@ -86,6 +86,16 @@ def result_json(
     rows = job_rows(result.outcomes) if rows is None else rows
     summary = summarize(rows, result.machine.pes)
     jobs = len(rows)
+    simulated = result.simulated or result.machine
+    manifest_ = {
+        **manifest_,
+        # The nodes storm-mm's core saw: tools/sim/engine.py merges nodes when that decides the same.
+        "simulated_as": {
+            "nodes": simulated.nodes,
+            "pes_per_node": simulated.pes_per_node,
+            "nodes_merged": result.simulated is not None,
+        },
+    }
     return {
         "manifest": manifest_,
         "policy": result.policy,
@@ -160,6 +170,7 @@ def markdown_run(data: dict[str, Any]) -> str:
     notes = [
         f"trace {m['trace']} (sha256 {m['trace_sha256'][:16]}...), {m['machine']['nodes']} nodes x "
         f"{m['machine']['pes_per_node']} PEs, storm {m['storm_version']}, seed {m['seed']}",
+        *_merged_note(m),
         f"dropped: {dropped}; estimate rule: {m['estimate_rule']} ({m['jobs_estimated']} jobs)",
         f"load factors: arrivals compressed x{m['load_factors']['arrival_compression']:g}, runtimes "
         f"stretched x{m['load_factors']['runtime_stretch']:g}; "
@@ -168,6 +179,16 @@ def markdown_run(data: dict[str, Any]) -> str:
         f" ({m['jobs_over_limit']} jobs run longer than their limit: storm ends them TIMEOUT)",
     ]
     return markdown_table([cells]) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def _merged_note(m: dict[str, Any]) -> list[str]:
+    merged = m.get("simulated_as")
+    if not merged or not merged["nodes_merged"]:
+        return []
+    return [
+        f"simulated as {merged['nodes']} nodes x {merged['pes_per_node']} PEs: the same decisions at a "
+        "fraction of the messages (tools/sim/engine.py says why)"
+    ]
 
 
 def write_csv(rows: list[JobRow], path: str | Path) -> None:
