@@ -355,15 +355,29 @@ def add_cluster_commands(sub: Any) -> None:
     k.add_argument("--dir", help="where to write (default /etc/storm/keys as root, else ~/.config/storm)")
     k.add_argument("--force", action="store_true", help="replace an existing key pair (locks out its users)")
     k.set_defaults(func=cmd_keygen)
-    b = sub.add_parser("bench", help="benchmarks (each but schedule starts its own throwaway cluster)")
+    b = sub.add_parser(
+        "bench", help="benchmarks (each but schedule and sim starts its own throwaway cluster)"
+    )
     kinds = (
         "launch: start latency, throughput vs mpiexec; gang: heartbeats, switches; hook: mpihook's cost; "
         "scenarios: the FCS paper's workloads under every policy; system: launch, gang and hook in one "
         "table; mpi4py: mpi4py's own test suite under storm's policies against mpiexec; "
         "schedule: one scheduling pass over long queues, per backfill mode (in memory, no cluster); "
-        "submit: submissions accepted per second from one client connection"
+        "submit: submissions accepted per second from one client connection; "
+        "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster)"
     )
-    which = ("launch", "gang", "hook", "scenarios", "system", "mpi4py", "classes", "schedule", "submit")
+    which = (
+        "launch",
+        "gang",
+        "hook",
+        "scenarios",
+        "system",
+        "mpi4py",
+        "classes",
+        "schedule",
+        "submit",
+        "sim",
+    )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
     b.set_defaults(func=cmd_bench)
