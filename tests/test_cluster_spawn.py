@@ -120,7 +120,8 @@ if parent == MPI.COMM_NULL:
     # Each rank spawns from COMM_SELF, at the same time: every node spawns for its own rank.
     child = MPI.COMM_SELF.Spawn(sys.executable, [__file__], 2)
     nodes = child.gather(None, root=MPI.ROOT)
-    print('rank', MPI.COMM_WORLD.rank, 'on', os.environ['STORM_NODE'], 'children on', nodes, flush=True)
+    # One write: the ranks share the output file, and print() writes its pieces one by one when unbuffered.
+    os.write(1, f"rank {MPI.COMM_WORLD.rank} on {os.environ['STORM_NODE']} children on {nodes}\\n".encode())
     assert nodes == [os.environ['STORM_NODE']] * 2, nodes
     child.Disconnect()
 else:
