@@ -49,8 +49,8 @@ class SimNodes:
         self.names = [f"n{i}" for i in range(count)]
         self.pes = pes
         self.submit_times: dict[int, float] = {}
-        # (node, PE) -> the job whose rank holds it: the no-PE-used-twice invariant.
-        self.busy: dict[tuple[str, int], int] = {}
+        # node -> PE -> the job whose rank holds it: the no-PE-used-twice invariant.
+        self.busy: dict[str, dict[int, int]] = {name: {} for name in self.names}
         # job id -> node -> its ranks there, while they run.
         self.ranks: dict[int, dict[str, tuple[int, ...]]] = {}
         self.slots: dict[tuple[int, str], tuple[int, ...]] = {}  # (job, node) -> PEs its ranks hold
@@ -97,17 +97,24 @@ class SimNodes:
         if submitted is None or now < submitted:
             raise InvariantError(f"job {job_id} starts at {now} before its submission ({submitted})")
         self.launched.add(key)
-        busy = self.busy
-        pes = tuple(slot.pe for slot in launch.slots)
-        for pe in pes:
-            if pe >= self.pes:
-                raise InvariantError(f"job {job_id} placed on {node}:{pe}, which has {self.pes} PEs")
-            holder = busy.get((node, pe))
-            if holder is not None:
-                raise InvariantError(f"job {job_id} placed on {node}:{pe}, where job {holder} still runs")
-            busy[(node, pe)] = job_id
+        busy = self.busy.get(node)
+        if busy is None:
+            raise InvariantError(f"job {job_id} placed on {node}, which is not a node of the machine")
+        slots = launch.slots
+        pes = tuple([slot.pe for slot in slots])
+        # Set operations rather than a check per PE: a wide job's launch is most of a simulated start.
+        if max(pes) >= self.pes:
+            raise InvariantError(f"job {job_id} placed on {node}:{max(pes)}, which has {self.pes} PEs")
+        taken = busy.keys() & pes
+        if taken:
+            pe = min(taken)
+            raise InvariantError(f"job {job_id} placed on {node}:{pe}, where job {busy[pe]} still runs")
+        claimed = dict.fromkeys(pes, job_id)
+        if len(claimed) < len(pes):
+            raise InvariantError(f"job {job_id} placed twice on one PE of {node}: {sorted(pes)}")
+        busy.update(claimed)
         self.slots[key] = pes
-        ranks = tuple(slot.rank for slot in launch.slots)
+        ranks = tuple([slot.rank for slot in slots])
         self.ranks.setdefault(job_id, {})[node] = ranks
         self.start_times.setdefault(job_id, now)
         return p.JobLaunched(job_id=job_id, node=node, pids=_pids(ranks))
@@ -119,12 +126,12 @@ class SimNodes:
         ranks = nodes.pop(node)
         if not nodes:
             del self.ranks[job_id]
-        busy = self.busy
+        busy = self.busy[node]
         for pe in self.slots.pop((job_id, node)):
-            del busy[(node, pe)]
+            del busy[pe]
         return p.JobNodeDone(job_id=job_id, node=node, exits=_exits(ranks, killed))
 
     def check_idle(self) -> None:
         """At the end of a run: no rank is left on any PE."""
-        if self.busy or self.ranks:
+        if any(self.busy.values()) or self.ranks:
             raise InvariantError(f"ranks still running at the end: jobs {sorted(self.ranks)}")
