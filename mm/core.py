@@ -257,7 +257,7 @@ class Controller:
                 "too_many_ranks", f"{spec.ranks} ranks requested, but the cluster has only {total} PEs"
             )
         job = self.store.add_job(spec, now)
-        self.runs.pending[job.id] = job
+        self.runs.enqueue(job)
         self.runs.want_pass()
         return job
 
@@ -275,7 +275,7 @@ class Controller:
             elif job.state.terminal:
                 results[str(job_id)] = f"already {job.state.value}"
             elif job.state is JobState.PENDING:
-                del runs.pending[job_id]
+                runs.withdraw(job_id)
                 runs.finish(advance(job, JobState.CANCELLED, now, reason=f"cancelled by {caller.user}"), out)
                 results[str(job_id)] = "cancelled"
             else:

@@ -63,7 +63,7 @@ from storm.mm.protocol import (
 )
 from storm.mm.reports import Reports
 from storm.mm.requeue import Echoes
-from storm.mm.scheduler import QueuedJob, RunningJob, schedule
+from storm.mm.schedule_state import ScheduleState
 from storm.mm.slots import GangCycle
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
@@ -197,13 +197,9 @@ class RunTable:
         self.reports = Reports(store)
         self.names = Names()
         self.pass_due = False  # see want_pass
-        # Each queued job as the scheduler sees it, made once rather than in every pass (a long queue).
-        self._queued: dict[int, QueuedJob] = {}
-        # Each active job with a start time as the scheduler sees it, made as it enters ``active`` (start
-        # and limit never change after), not in every pass. The ids of active jobs whose start_time is
-        # falsy (0.0, None): a pass counts them as started at its own ``now``, as it always has.
-        self._running: dict[int, RunningJob] = {}
-        self._started_at_zero: set[int] = set()
+        # The queue and the placed jobs as the scheduler sees them: every job that enters or leaves
+        # ``pending`` does so through enqueue() and withdraw() (or a pass's starts) to keep them in step.
+        self.state = ScheduleState(self.matrix, config.backfill)
         self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
 
     def job(self, job_id: int) -> Job | None:
@@ -226,10 +222,9 @@ class RunTable:
         wireups = self.store.wireups()
         for job in self.store.jobs(active_only=True):
             if job.state is JobState.PENDING:
-                self.pending[job.id] = job
+                self.enqueue(job)
                 continue
             self.active[job.id] = job
-            self._run(job)
             launched = set(job.nodes) if job.state is JobState.RUNNING else set()
             kvsname, hosts = wireups.get(job.id, ("", ()))
             track = self.tracking[job.id] = Tracking(
@@ -244,9 +239,20 @@ class RunTable:
                 # A launch may have been lost with the old MM: the Controller sends it again to a node that
                 # registers without listing the job (nodes that do are taken as launched).
                 track.launches = self.launches(job, track)
-            self.matrix.assign(job.id, Placement(row=job.row or 0, pes=job.placement))
+            started = job.start_time if job.start_time is not None else now  # stored by an older storm-mm
+            self.state.place(job.id, Placement(job.row or 0, job.placement), started, job.spec.time_limit)
             if self.cycle is not None:
                 self.cycle.add(job.id, now, job.suspended_time)
+
+    def enqueue(self, job: Job) -> None:
+        """A pending job joins the end of the queue (a submission, a recovered or requeued job)."""
+        self.pending[job.id] = job
+        self.state.enqueue(job.id, job.spec.ranks, job.spec.time_limit)
+
+    def withdraw(self, job_id: int) -> Job:
+        """A pending job leaves the queue without starting (a cancel); its record."""
+        self.state.withdraw(job_id)
+        return self.pending.pop(job_id)
 
     def want_pass(self) -> None:
         """Something may let a queued job start: a pass is due. Many of these between two passes cost one,
@@ -261,20 +267,7 @@ class RunTable:
             self.reasons = {}
             return
         held = self.echoes.held(self.pending)
-        known = self._queued
-        self._queued = {
-            j.id: known.get(j.id) or QueuedJob(job_id=j.id, ranks=j.spec.ranks, time_limit=j.spec.time_limit)
-            for j in self.pending.values()
-        }
-        queue = [q for job_id, q in self._queued.items() if job_id not in held]
-        running = self._running
-        if self._started_at_zero:
-            running = dict(running)
-            for job_id in self._started_at_zero:
-                running[job_id] = RunningJob(job_id, now, self.active[job_id].spec.time_limit)
-        plan = schedule(
-            now, queue, running, self.matrix, self.registry.usable(), backfill=self.config.backfill
-        )
+        plan = self.state.run_pass(now, self.registry.usable(), held)
         self.reasons = dict(plan.reasons)
         for job_id, nodes in held.items():
             self.reasons[job_id] = f"Requeued: last run's reports still due from {','.join(sorted(nodes))}"
@@ -291,20 +284,12 @@ class RunTable:
             self.store.save_job(job)
             self.store.save_wireup(job.id, track.kvsname, track.hosts)
         self.active[job.id] = job
-        self._run(job)
         self.tracking[job.id] = track
         if self.cycle is not None:
             self.cycle.add(job.id, now)
         track.launches = self.launches(job, track)
         out.extend(Send(node, launch) for node, launch in track.launches.items())
         log.info("job %d started on %s", job.id, ",".join(job.nodes))
-
-    def _run(self, job: Job) -> None:
-        """The job entered ``active``: how the scheduler sees it from now on (see ``_running``)."""
-        if job.start_time:
-            self._running[job.id] = RunningJob(job.id, job.start_time, job.spec.time_limit)
-        else:
-            self._started_at_zero.add(job.id)
 
     def launches(self, job: Job, track: Tracking) -> dict[str, LaunchJob]:
         """Each node's launch of a placed job, from what the store keeps: a restarted MM rebuilds them."""
@@ -398,10 +383,8 @@ class RunTable:
         if self.names.forget(job_id):
             log.info("job %d: its published names are gone with it", job_id)
         del self.active[job_id]
-        self._running.pop(job_id, None)
-        self._started_at_zero.discard(job_id)
         del self.tracking[job_id]
-        self.matrix.release(job_id)
+        self.state.end(job_id)
         if again:
             self._requeue(job, track)
         else:
@@ -415,7 +398,7 @@ class RunTable:
         last_run = job.nodes
         job = requeue(job, f"requeued {job.requeues + 1}/{self.config.max_requeues} after {job.reason}")
         self.store.save_job(job)
-        self.pending[job.id] = job
+        self.enqueue(job)
         up = {n.name for n in self.registry.all() if n.state == UP and n.confirmed}
         self.echoes.add(job.id, up.intersection(last_run))
         # An UP node that never confirmed its ranks gone may still run them under this id: it takes no job

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from storm.mm import protocol as p
-from storm.mm import runs as runs_module
+from storm.mm import schedule_state as state_module
 from storm.mm.config import MMConfig
 from storm.mm.core import Controller, FromNode
 from storm.mm.effects import Effect, Send
@@ -84,13 +84,13 @@ def test_a_burst_of_submissions_then_one_pass_starts_what_a_pass_each_started(po
 
 def test_a_pass_that_is_not_due_does_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[float] = []
-    real = runs_module.schedule
+    real = state_module.schedule
 
     def counted(now: float, *args: object, **kw: object) -> Plan:
         ran.append(now)
         return real(now, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(runs_module, "schedule", counted)
+    monkeypatch.setattr(state_module, "schedule", counted)
     ctl = controller()
     assert not ctl.pass_due and ctl.schedule(T0) == [] and ran == []  # nothing queued yet: nothing to place
     for _ in range(5):
