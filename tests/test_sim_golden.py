@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from storm.tools.sim.engine import POLICIES, Machine, simulate
+from storm.tools.sim.engine import CORES, POLICIES, Machine, simulate
 from storm.tools.sim.lublin import generate
 from storm.tools.sim.swf import Workload, scale_load, to_workload
 
@@ -49,22 +49,24 @@ def results() -> dict[str, Any]:
         out[name] = {
             policy: [
                 [o.mm_id, o.start, o.end, o.state]
-                for o in simulate(load, machine, policy, merge_nodes=False).outcomes
+                for o in simulate(load, machine, policy, merge_nodes=False, core="mm").outcomes
             ]
             for policy in POLICIES
         }
     return out
 
 
+@pytest.mark.parametrize("core", CORES)
 @pytest.mark.parametrize("merge_nodes", [False, True], ids=["nodes-as-given", "nodes-merged"])
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
-def test_decisions_are_those_recorded(case: str, merge_nodes: bool) -> None:
-    """The file was written with the nodes as given (the engine could not merge them then)."""
+def test_decisions_are_those_recorded(case: str, merge_nodes: bool, core: str) -> None:
+    """The file was written by the whole MM core with the nodes as given (the engine could not merge them
+    then, and the scheduler-only engine did not exist)."""
     golden = json.loads(GOLDEN.read_text())
     name, seed, jobs, machine, compress, estimate = next(c for c in CASES if c[0] == case)
     load = workload(seed, jobs, machine, compress, estimate)
     for policy in POLICIES:
-        outcomes = simulate(load, machine, policy, merge_nodes=merge_nodes).outcomes
+        outcomes = simulate(load, machine, policy, merge_nodes=merge_nodes, core=core).outcomes
         got = [[o.mm_id, o.start, o.end, o.state] for o in outcomes]
         assert got == golden[name][policy], f"{name} under {policy} decides differently"
 

@@ -70,6 +70,9 @@ EVENT_ORDER = (
 # of the matrix (MPL 1) under every one of them.
 POLICIES = {"fcfs": "none", "easy": "easy", "conservative": "conservative"}
 
+# What of storm-mm a run drives (see simulate()).
+CORES = ("scheduler", "mm")
+
 NOBODY = 65534  # the uid of jobs whose trace gives no user id
 MAX_NODE_PES = 4096  # the most PEs a node manager may register (RegisterNode)
 
@@ -353,13 +356,23 @@ def simulate(
     progress: Callable[[int, float], None] | None = None,
     *,
     merge_nodes: bool = True,
+    core: str = "scheduler",
 ) -> RunResult:
-    """Run ``workload`` through storm-mm's core on ``machine``; see :class:`Engine` (and the module's
-    docstring for ``merge_nodes``)."""
-    return Engine(workload, machine, policy, seed, progress, merge_nodes=merge_nodes).run()
+    """Run ``workload`` through storm-mm on ``machine`` (the module's docstring says what ``merge_nodes``
+    does). ``core`` is what of storm-mm runs (:data:`CORES`): ``"scheduler"``, its scheduling state and
+    passes (tools/sim/fast.py); ``"mm"``, its whole Controller with simulated node managers (:class:`Engine`).
+    Both decide the same (tests/test_sim_cores.py); the first is several times faster."""
+    if core == "mm":
+        return Engine(workload, machine, policy, seed, progress, merge_nodes=merge_nodes).run()
+    if core != "scheduler":
+        raise ValueError(f"unknown core {core!r}: one of {', '.join(CORES)}")
+    from storm.tools.sim.fast import FastEngine  # it builds on this module
+
+    return FastEngine(workload, machine, policy, seed, progress, merge_nodes=merge_nodes).run()
 
 
 __all__ = [
+    "CORES",
     "EVENT_ORDER",
     "Engine",
     "InvariantError",
