@@ -218,7 +218,7 @@ def cmd_point(args: argparse.Namespace) -> int:
     if sha != args.sha256:
         raise SimUsageError(
             f"{args.trace} here is not the trace the sweep read (sha256 {sha[:12]}..., not "
-            f"{args.sha256[:12]}...): the nodes must see the same file at the same path"
+            f"{args.sha256[:12]}...): it changed since, or this node sees another file at that path"
         )
     result = sweep.run_point(workload, machine, sweep.Point(args.policy, args.load, args.seed), args.scale)
     sweep.write_point(Path(args.out), result, sha)
