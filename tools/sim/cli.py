@@ -1,10 +1,13 @@
-"""``storm sim run | sweep | generate | compare``: the simulator's command line (``storm sim run --help``)."""
+"""``storm sim run | sweep | generate | compare``: the simulator's command line (``storm sim run --help``).
+
+``point`` is not listed: it is what each job of ``storm sim sweep --submit`` runs."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from storm.tools.sim.engine import POLICIES, Machine, Progress, simulate
 from storm.tools.sim.lublin import MIXES, generate
@@ -29,6 +32,10 @@ from storm.tools.sim.swf import (
     scale_load,
     to_workload,
 )
+
+if TYPE_CHECKING:
+    from storm.tools.sim.sweep import Point
+    from storm.tools.sim.sweep_jobs import Outcome
 
 
 class SimUsageError(ValueError):
@@ -110,21 +117,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _floats(text: str, what: str) -> list[float]:
+    values = [float(x) for x in text.split(",")]
+    if not all(v > 0 for v in values):
+        raise SimUsageError(f"{what} must be positive")
+    return values
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from storm.tools.sim import sweep
 
     if args.png:
         require_matplotlib()
+    if not args.submit and (args.mm or args.results or args.time):
+        raise SimUsageError("--mm, --results and --time go with --submit")
+    if args.submit and args.workers:
+        raise SimUsageError("--workers: with --submit the cluster runs the points")
     machine, workload, sha = _load(args)
-    loads = [float(x) for x in args.loads.split(",")]
+    loads = _floats(args.loads, "--loads")
     seeds = [int(x) for x in args.seeds.split(",")]
     policies = args.policies.split(",")
     for policy in policies:
         if policy not in POLICIES:
             raise SimUsageError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
-    results = sweep.run_sweep(
-        workload, machine, policies, loads, seeds, scale=args.scale, workers=args.workers
-    )
+    failures: list[dict[str, object]] = []
+    if args.submit:
+        from storm.tools.sim import sweep_jobs  # only here: it needs zmq, which the point's jobs do not
+
+        try:
+            outcome = _submit_sweep(args, machine, sha, sweep.points(policies, loads, seeds))
+        except sweep_jobs.SubmitError as exc:  # the cluster, not the command line: 1, as `storm` commands
+            print(f"storm sim sweep: {exc}", file=sys.stderr)
+            return 1
+        results = outcome.results
+        failures = [f.to_json() for f in outcome.failures]
+    else:
+        results = sweep.run_sweep(
+            workload, machine, policies, loads, seeds, scale=args.scale, workers=args.workers
+        )
     m = manifest(
         workload, source=str(args.trace), sha256=sha, seed=seeds[0],
         machine=(machine.nodes, machine.pes_per_node),
@@ -135,12 +165,63 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     text = sweep.markdown(results)
     sys.stdout.write(text)
     if args.json:
+        data = {"manifest": m, "runs": results, "curves": sweep.curves(results)}
+        if failures:  # only then: a clean submitted sweep writes what a local one writes
+            data["failed"] = failures
         with open(args.json, "w", encoding="utf-8") as stream:
-            dump_json({"manifest": m, "runs": results, "curves": sweep.curves(results)}, stream)
+            dump_json(data, stream)
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")
     if args.png:
         sweep.plot(results, args.png, f"{Path(args.trace).name}, {machine.pes} PEs")
+    if args.submit:
+        return _report_submitted(outcome)
+    return 0
+
+
+def _submit_sweep(args: argparse.Namespace, machine: Machine, sha: str, points: list[Point]) -> Outcome:
+    from storm.tools.cli import parse_time_limit
+    from storm.tools.sim import sweep_jobs
+
+    time_limit = parse_time_limit(args.time) if args.time else None
+    directory, temporary = sweep_jobs.results_directory(args.results, [args.json, args.markdown, args.png])
+    inputs = sweep_jobs.SweepInputs(
+        trace=str(Path(args.trace).absolute()), sha256=sha, machine=machine, estimate=args.estimate,
+        first_jobs=args.jobs, scale=args.scale,
+    )  # fmt: skip
+    try:
+        outcome = sweep_jobs.submit_sweep(inputs, points, directory, endpoint=args.mm, time_limit=time_limit)
+    except BaseException:
+        if temporary and not any(directory.iterdir()):
+            directory.rmdir()
+        raise
+    if temporary and not outcome.failures:
+        sweep_jobs.remove_directory(directory)  # every point gave its result: nothing there to look at
+    return outcome
+
+
+def _report_submitted(outcome: Outcome) -> int:
+    if not outcome.failures:
+        return 0
+    lines = [f"storm sim sweep: {len(outcome.failures)} point(s) gave no result:"]
+    lines += [f"  {failure.line()}" for failure in outcome.failures]
+    lines.append(f"  (the results directory {outcome.directory} is kept)")
+    print("\n".join(lines), file=sys.stderr)
+    return 1
+
+
+def cmd_point(args: argparse.Namespace) -> int:
+    """One point of a submitted sweep, in its job (``python -m storm.tools.sim.cli point``)."""
+    from storm.tools.sim import sweep
+
+    machine, workload, sha = _load(args)
+    if sha != args.sha256:
+        raise SimUsageError(
+            f"{args.trace} here is not the trace the sweep read (sha256 {sha[:12]}..., not "
+            f"{args.sha256[:12]}...): it changed since, or this node sees another file at that path"
+        )
+    result = sweep.run_point(workload, machine, sweep.Point(args.policy, args.load, args.seed), args.scale)
+    sweep.write_point(Path(args.out), result, sha)
     return 0
 
 
@@ -187,6 +268,60 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if result.order_matches else 1
 
 
+def _add_sweep(sub: Any) -> None:
+    sw = sub.add_parser("sweep", help="policies x offered loads x seeds, in parallel, with curves")
+    _add_workload_options(sw)
+    sw.add_argument(
+        "--policies", default="fcfs,easy,conservative", help="comma-separated (default all three)"
+    )
+    sw.add_argument("--loads", default="0.5,0.6,0.7,0.8,0.9,1.0", help="offered loads (comma-separated)")
+    sw.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    sw.add_argument(
+        "--scale", choices=("arrivals", "runtimes"), default="arrivals", help="how load is raised"
+    )
+    sw.add_argument("--workers", type=int, help="processes (default: this machine's CPUs)")
+    sw.add_argument("--json", help="write every run and the curves here")
+    sw.add_argument("--markdown", help="write the table here too")
+    sw.add_argument("--png", help="draw the curves here (needs matplotlib)")
+    cluster = sw.add_argument_group(
+        "on a storm cluster",
+        "--submit runs each point as a 1-rank storm job (this Python, `-m storm.tools.sim.cli point`) and "
+        "collects the points as their jobs end; the table, --json and --png are what a local sweep writes. "
+        "The nodes must see this Python, the trace and the results directory at the same paths as here: a "
+        "shared filesystem (a local cluster shares this machine's). A point whose job fails is listed with "
+        "its job id, state and stderr file, and the sweep exits 1 after writing the others; Ctrl-C cancels "
+        "the jobs it submitted.",
+    )
+    cluster.add_argument("--submit", action="store_true", help="run the points as jobs on a storm cluster")
+    cluster.add_argument(
+        "--mm", metavar="ENDPOINT",
+        help="storm-mm client endpoint (default: $STORM_MM, the local cluster in $STORM_LOCAL_DIR or "
+        "~/.local/state/storm/local, /etc/storm/storm.toml)",
+    )  # fmt: skip
+    cluster.add_argument(
+        "--results", metavar="DIR",
+        help="where the jobs write each point's JSON and stderr (default: NAME.points beside --json, "
+        "--markdown or --png; else a storm-sweep-* directory here, removed if every point succeeds)",
+    )  # fmt: skip
+    cluster.add_argument(
+        "--time", help="each point job's time limit (storm submit's formats: 30s, 5m, 1:00:00)"
+    )
+    sw.set_defaults(func=cmd_sweep)
+
+
+def _add_point(sub: Any) -> None:
+    # Not listed: what each job of `sweep --submit` runs (python -m storm.tools.sim.cli point ...).
+    pt = sub.add_parser("point", description="One point of `storm sim sweep --submit`, run in its job.")
+    _add_workload_options(pt)
+    pt.add_argument("--sha256", required=True, help="the trace's sha256 as the sweep read it")
+    pt.add_argument("--policy", choices=tuple(POLICIES), required=True)
+    pt.add_argument("--load", type=float, required=True, help="target offered load")
+    pt.add_argument("--seed", type=int, required=True)
+    pt.add_argument("--scale", choices=("arrivals", "runtimes"), required=True)
+    pt.add_argument("--out", required=True, help="write the point's JSON here")
+    pt.set_defaults(func=cmd_point)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="storm sim", description="Simulate storm-mm on a workload trace.")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -207,21 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--progress", action="store_true", help="progress bar even when stderr is not a terminal"
     )
     run.set_defaults(func=cmd_run)
-    sw = sub.add_parser("sweep", help="policies x offered loads x seeds, in parallel, with curves")
-    _add_workload_options(sw)
-    sw.add_argument(
-        "--policies", default="fcfs,easy,conservative", help="comma-separated (default all three)"
-    )
-    sw.add_argument("--loads", default="0.5,0.6,0.7,0.8,0.9,1.0", help="offered loads (comma-separated)")
-    sw.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-    sw.add_argument(
-        "--scale", choices=("arrivals", "runtimes"), default="arrivals", help="how load is raised"
-    )
-    sw.add_argument("--workers", type=int, help="processes (default: this machine's CPUs)")
-    sw.add_argument("--json", help="write every run and the curves here")
-    sw.add_argument("--markdown", help="write the table here too")
-    sw.add_argument("--png", help="draw the curves here (needs matplotlib)")
-    sw.set_defaults(func=cmd_sweep)
+    _add_sweep(sub)
+    _add_point(sub)
     ge = sub.add_parser("generate", help="a synthetic SWF trace from a workload model")
     ge.add_argument("--model", choices=("lublin",), default="lublin")
     ge.add_argument(

@@ -9,12 +9,17 @@ Saturation: a policy is saturated at the lowest swept load where its mean bounde
 :data:`SATURATION_BSLD` (100: a typical job waits a hundred times its runtime, so the queue has stopped
 draining within the trace's span). The curves mark that point; a policy that never crosses it is reported
 as saturating above the highest load swept.
+
+With ``--submit`` the same points run as jobs on a storm cluster (tools/sim/sweep_jobs.py): each job calls
+:func:`run_point` and writes what it returns with :func:`write_point`, and the sweep reads it back with
+:func:`read_point`, so both ways report the same figures.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +30,7 @@ from storm.tools.sim.metrics import BSLD_THRESHOLD, job_rows, summarize
 from storm.tools.sim.swf import Workload, scale_load
 
 SATURATION_BSLD = 100.0
+POINT_FORMAT = "storm-sim-point/1"  # a point's file, written by its job under ``storm sim sweep --submit``
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,11 @@ class Point:
     seed: int
 
 
+def points(policies: list[str], loads: list[float], seeds: list[int]) -> list[Point]:
+    """The sweep's points in the order results are reported (a local and a submitted sweep share it)."""
+    return [Point(pol, load, seed) for pol in policies for load in loads for seed in seeds]
+
+
 def _factors(workload: Workload, pes: int, target: float, scale: str) -> tuple[float, float]:
     base = workload.offered_load(pes)
     factor = target / base
@@ -41,7 +52,7 @@ def _factors(workload: Workload, pes: int, target: float, scale: str) -> tuple[f
 
 
 def run_point(workload: Workload, machine: Machine, point: Point, scale: str) -> dict[str, Any]:
-    """One simulation of the sweep (in a worker process)."""
+    """One simulation of the sweep (in a worker process, or in a storm job with ``--submit``)."""
     arrival, runtime = _factors(workload, machine.pes, point.target_load, scale)
     scaled = scale_load(workload, arrival, runtime)
     result = simulate(scaled, machine, point.policy, point.seed)
@@ -62,6 +73,40 @@ def run_point(workload: Workload, machine: Machine, point: Point, scale: str) ->
     }
 
 
+def write_point(path: Path, result: dict[str, Any], sha256: str) -> None:
+    """Write a point's result whole; renamed into place, so the sweep never reads half a file."""
+    data = {
+        "format": POINT_FORMAT,
+        "trace_sha256": sha256,
+        "job": {"id": os.environ.get("STORM_JOB_ID"), "node": os.environ.get("STORM_NODE")},
+        "result": result,
+    }
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", encoding="utf-8") as stream:
+        json.dump(data, stream, indent=1, sort_keys=True)
+        stream.write("\n")
+    os.replace(partial, path)
+
+
+def read_point(path: Path, point: Point, sha256: str) -> dict[str, Any]:
+    """What :func:`run_point` returned for ``point``, from its job's file; ValueError if it is not that."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"no result in {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != POINT_FORMAT:
+        raise ValueError(f"{path} is not a point result ({POINT_FORMAT})")
+    result = data.get("result")
+    if not isinstance(result, dict):
+        raise ValueError(f"{path} has no result")
+    found = (result.get("policy"), result.get("target_load"), result.get("seed"))
+    if found != (point.policy, point.target_load, point.seed) or data.get("trace_sha256") != sha256:
+        raise ValueError(f"{path} holds another point or trace: {found}")
+    return result
+
+
 def run_sweep(
     workload: Workload,
     machine: Machine,
@@ -75,12 +120,12 @@ def run_sweep(
     """Every (policy, load, seed), in that order in the result whatever order the workers finish in."""
     if scale not in ("arrivals", "runtimes"):
         raise ValueError("scale: arrivals or runtimes")
-    points = [Point(pol, load, seed) for pol in policies for load in loads for seed in seeds]
+    todo = points(policies, loads, seeds)
     workers = workers or len(os.sched_getaffinity(0))
-    if workers <= 1 or len(points) == 1:
-        return [run_point(workload, machine, point, scale) for point in points]
+    if workers <= 1 or len(todo) == 1:
+        return [run_point(workload, machine, point, scale) for point in todo]
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_point, workload, machine, point, scale) for point in points]
+        futures = [pool.submit(run_point, workload, machine, point, scale) for point in todo]
         return [future.result() for future in futures]
 
 
