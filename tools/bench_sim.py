@@ -46,10 +46,14 @@ def _workloads(args: argparse.Namespace) -> list[tuple[str, Machine, Workload]]:
     return loads
 
 
-def measure(load: Workload, machine: Machine, policy: str, repeat: int, as_given: bool) -> dict[str, Any]:
+def measure(
+    load: Workload, machine: Machine, policy: str, repeat: int, *, as_given: bool, core: str
+) -> dict[str, Any]:
     """The best wall and CPU time of ``repeat`` runs of the engine."""
-    merge_supported = "merge_nodes" in inspect.signature(simulate).parameters
-    options: dict[str, Any] = {"merge_nodes": not as_given} if merge_supported else {}
+    parameters = inspect.signature(simulate).parameters
+    options: dict[str, Any] = {"merge_nodes": not as_given} if "merge_nodes" in parameters else {}
+    if "core" in parameters:
+        options["core"] = core
     walls, cpus = [], []
     for _ in range(repeat):
         cpu = time.process_time()
@@ -60,6 +64,7 @@ def measure(load: Workload, machine: Machine, policy: str, repeat: int, as_given
     jobs = len(load.jobs)
     return {
         "policy": policy,
+        "core": core if "core" in parameters else "mm",
         "jobs": jobs,
         "machine": [machine.nodes, machine.pes_per_node],
         "simulated_as": [simulated.nodes, simulated.pes_per_node],
@@ -71,6 +76,16 @@ def measure(load: Workload, machine: Machine, policy: str, repeat: int, as_given
     }
 
 
+def _ratios(lines: list[dict[str, Any]], first: str, second: str) -> None:
+    """CPU jobs/s of core ``first`` over ``second``, per workload and policy: measured in this one run."""
+    rate = {(x["workload"], x["policy"], x["core"]): x["jobs_per_s_cpu"] for x in lines}
+    print(f"\n| workload | policy | {first} / {second} (CPU jobs/s) |\n| --- | --- | --- |")
+    for workload, policy, core in rate:
+        if core == first and (workload, policy, second) in rate:
+            ratio = rate[(workload, policy, first)] / rate[(workload, policy, second)]
+            print(f"| {workload} | {policy} | {ratio:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_sim", description=__doc__.split("\n")[0])
     parser.add_argument("--trace", action="append", help="an SWF trace (repeatable; default: Lublin)")
@@ -79,24 +94,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--estimate", default="runtime", help="as storm sim run --estimate")
     parser.add_argument("--repeat", type=int, default=1, help="runs per line, the best is kept")
     parser.add_argument("--nodes-as-given", action="store_true", help="do not merge nodes")
+    parser.add_argument(
+        "--cores", default="scheduler,mm", help="simulate(core=...) to compare (default both; see engine.py)"
+    )
     parser.add_argument("--lublin-jobs", type=int, default=5000)
     parser.add_argument("--lublin-nodes", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0, help="of the Lublin workload")
     parser.add_argument("--json", help="write the lines here too")
     args = parser.parse_args(argv)
     lines = []
-    print("| workload | policy | jobs | simulated as | wall s | CPU s | jobs/s (wall) | jobs/s (CPU) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    cores = args.cores.split(",")
+    print(
+        "| workload | policy | core | jobs | simulated as | wall s | CPU s | jobs/s (wall) | jobs/s (CPU) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, machine, load in _workloads(args):
         for policy in args.policies.split(","):
-            line = {"workload": name, **measure(load, machine, policy, args.repeat, args.nodes_as_given)}
-            lines.append(line)
-            shape = "{} x {}".format(*line["simulated_as"])
-            print(
-                f"| {name} | {policy} | {line['jobs']} | {shape} | {line['wall_s']:.2f} | "
-                f"{line['cpu_s']:.2f} | {line['jobs_per_s_wall']:,.0f} | {line['jobs_per_s_cpu']:,.0f} |",
-                flush=True,
-            )
+            for core in cores:
+                measured = measure(
+                    load, machine, policy, args.repeat, as_given=args.nodes_as_given, core=core
+                )
+                line = {"workload": name, **measured}
+                lines.append(line)
+                shape = "{} x {}".format(*line["simulated_as"])
+                print(
+                    f"| {name} | {policy} | {line['core']} | {line['jobs']} | {shape} | "
+                    f"{line['wall_s']:.2f} | {line['cpu_s']:.2f} | "
+                    f"{line['jobs_per_s_wall']:,.0f} | {line['jobs_per_s_cpu']:,.0f} |",
+                    flush=True,
+                )
+    if len(cores) == 2:
+        _ratios(lines, *cores)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump(

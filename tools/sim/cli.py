@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from storm.tools.sim.engine import POLICIES, Machine, Progress, simulate
+from storm.tools.sim.engine import CORES, POLICIES, Machine, Progress, simulate
 from storm.tools.sim.lublin import MIXES, generate
 from storm.tools.sim.metrics import job_rows
 from storm.tools.sim.report import (
@@ -98,12 +98,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     scaled = scale_load(workload, args.compress, args.stretch)
     show = args.progress or sys.stderr.isatty()
     progress = Progress(len(scaled.jobs)) if show else None
-    result = simulate(scaled, machine, args.policy, args.seed, progress)
+    result = simulate(scaled, machine, args.policy, args.seed, progress, core=args.core)
     rows = job_rows(result.outcomes)
     m = manifest(
         scaled, source=str(args.trace), sha256=sha, seed=args.seed,
         machine=(machine.nodes, machine.pes_per_node),
-        extra={"policy": args.policy, "backfill": POLICIES[args.policy], "mpl": 1, "first_jobs": args.jobs},
+        extra={"policy": args.policy, "backfill": POLICIES[args.policy], "mpl": 1, "first_jobs": args.jobs,
+               "core": args.core},
     )  # fmt: skip
     data = result_json(result, m, rows)
     sys.stdout.write(markdown_run(data))
@@ -330,7 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--policy", choices=tuple(POLICIES), default="easy", help="batch scheduling (default easy)"
     )
-    run.add_argument("--seed", type=int, default=0, help="seed of the MM core's nonces (default 0)")
+    run.add_argument("--seed", type=int, default=0, help="the MM core's nonces (--core mm; default 0)")
+    run.add_argument(
+        "--core", choices=CORES, default="scheduler",
+        help="what of storm-mm runs: its scheduling state and passes (default, fast), or the whole MM core "
+        "with simulated node managers (mm); both decide the same",
+    )  # fmt: skip
     run.add_argument("--compress", type=float, default=1.0, help="divide arrival times by this (default 1)")
     run.add_argument(
         "--stretch", type=float, default=1.0, help="multiply runtimes and limits by this (default 1)"

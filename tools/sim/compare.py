@@ -157,7 +157,9 @@ def generated(
             procs = rng.randint(1, machine.pes)
             record = SwfRecord(number, submit, runtime=runtime, procs=procs, req_procs=procs)
             workload = scaled(to_workload([*records, record], machine.pes), scale, grace)
-            if all(closest_events(simulate(workload, machine, policy)) >= gap for policy in POLICIES):
+            if all(
+                closest_events(simulate(workload, machine, policy, core="mm")) >= gap for policy in POLICIES
+            ):
                 records.append(record)
                 arrival = submit
                 break
@@ -170,7 +172,7 @@ def generated(
 
 
 def sim_times(workload: Workload, machine: Machine, policy: str) -> tuple[dict[int, Times], RunResult]:
-    result = simulate(workload, machine, policy)
+    result = simulate(workload, machine, policy, core="mm")  # the whole MM core, as the live run
     times = {o.job.index: Times(o.job.submit, o.start, o.end, o.state) for o in result.outcomes}
     return times, result
 
