@@ -86,6 +86,10 @@ class Costs:
     wakeup_ns: int = 0  # CPU a blocked process needs after its message arrives, before its call returns
 
 
+NO_COSTS = Costs()
+RUNNABLE = Control()  # what a launched process is told until the node manager says otherwise
+
+
 @dataclass(slots=True)
 class ProcessCounters:
     """A process's cumulative counters since it was added (:meth:`CoschedModel.counters` hands out copies)."""
@@ -141,6 +145,7 @@ class _Process:
     weight: int
     phase: Phase = Phase.COMPUTE
     remaining: int = 0  # ns of CPU still needed: computation, or the wake-up
+    carry: int = 0  # CPU owed but not yet given, in 1/total ns of the PE's current total weight
     step: int = 0  # the iteration it is in; its call is that iteration's communication step
     mode: WaitMode = WaitMode.POLL  # of the current call, latched when it began
     spin_deadline: int = 0
@@ -169,6 +174,7 @@ class _Pe:
     synced_ns: int = 0
     switch_until: int = 0
     version: int = 0
+    total: int = 0  # the weight the carries of its processes are counted in
     busy: int = 0
     spin: int = 0
     switch: int = 0
@@ -186,7 +192,7 @@ class CoschedModel:
     progress and the PE's next event are recomputed); reading counters is O(1) after :meth:`advance`.
     """
 
-    def __init__(self, pes: int, costs: Costs = Costs(), start_ns: int = 0) -> None:
+    def __init__(self, pes: int, costs: Costs = NO_COSTS, start_ns: int = 0) -> None:
         if pes < 1:
             raise ValueError("a model needs at least one PE")
         self.costs = costs
@@ -202,7 +208,7 @@ class CoschedModel:
     # -- what the driver calls --------------------------------------------------------------------------
 
     def add_job(
-        self, now: int, job_id: int, program: Program, placement: Sequence[int], control: Control = Control()
+        self, now: int, job_id: int, program: Program, placement: Sequence[int], control: Control = RUNNABLE
     ) -> None:
         """Start ``program``'s ranks at ``now``, rank r on PE ``placement[r]``, all under ``control``.
         A launch costs no context switch."""
@@ -240,9 +246,12 @@ class CoschedModel:
         old = process.control
         process.control = control
         process.weight = nice_weight(control.nice)
-        if old.stopped != control.stopped and process.phase is not Phase.DONE:
-            if any(not self._processes[i].control.stopped for i in pe.processes if self._alive(i)):
-                pe.switch_until = now + self.costs.switch_ns
+        if (
+            old.stopped != control.stopped
+            and process.phase is not Phase.DONE
+            and any(not self._processes[i].control.stopped for i in pe.processes if self._alive(i))
+        ):
+            pe.switch_until = now + self.costs.switch_ns
         if not control.stopped:
             self._progress(process, now)
         self._reschedule(process.pe, now)
@@ -301,9 +310,10 @@ class CoschedModel:
             heapq.heappop(self._heap)
         return None
 
-    def run_until_done(self, limit_ns: int) -> None:
-        """Advance event by event until every job has finished, or to ``limit_ns``."""
-        while any(job.completion_ns is None for job in self._jobs.values()):
+    def run_until_done(self, limit_ns: int, jobs: Iterable[int] | None = None) -> None:
+        """Advance event by event until every job (of ``jobs``, if given) has finished, or to ``limit_ns``."""
+        watched = [self._jobs[j] for j in jobs] if jobs is not None else list(self._jobs.values())
+        while any(job.completion_ns is None for job in watched):
             upcoming = self.next_event_ns()
             if upcoming is None or upcoming > limit_ns:
                 self.advance(limit_ns)
@@ -327,8 +337,9 @@ class CoschedModel:
     def _sync(self, pe_index: int, now: int) -> None:
         """Bring the PE's processes from its last sync to ``now`` at constant rates. O(n).
 
-        Each competing process gets ``eff x w / W`` ns of CPU, rounded down (at most 1 ns lost per process
-        and sync; :meth:`_reschedule` rounds its deadlines up, so a computation always completes)."""
+        Each competing process gets ``eff x w / W`` ns of CPU; the fraction of a nanosecond left over is
+        carried to the next sync, so syncing more often (reading counters, other PEs' events) never delays
+        a computation, which would otherwise need a further event a few nanoseconds later."""
         pe = self._pes[pe_index]
         dt = now - pe.synced_ns
         if dt <= 0:
@@ -338,7 +349,7 @@ class CoschedModel:
         eff = dt - switching
         used = 0
         competing = self._competing(pe)
-        total = sum(p.weight for p in competing)
+        total = self._settle_total(pe, competing)
         for index in pe.processes:
             p = self._processes[index]
             c = p.counters
@@ -349,7 +360,7 @@ class CoschedModel:
             elif p.phase is Phase.BLOCKED:
                 c.blocked_ns += dt
         for p in competing:
-            cpu = eff * p.weight // total
+            cpu, p.carry = divmod(eff * p.weight + p.carry, total)
             c = p.counters
             if p.phase is Phase.COMPUTE:
                 cpu = min(cpu, p.remaining)
@@ -369,19 +380,30 @@ class CoschedModel:
         pe.synced_ns = now
 
     def _reschedule(self, pe_index: int, now: int) -> None:
-        """Replace the PE's pending event by the first instant its rates change by themselves. O(n + log E)."""
+        """Replace the PE's pending event by the first instant its rates change by themselves.
+        O(n + log E)."""
         pe = self._pes[pe_index]
         pe.version += 1
         delay = max(0, pe.switch_until - now)
         competing = self._competing(pe)
-        total = sum(p.weight for p in competing)
+        total = self._settle_total(pe, competing)
         soonest: int | None = now + delay if delay else None
         for p in competing:
             if p.phase is not Phase.WAIT:
-                finish = now + delay + -(-p.remaining * total // p.weight)
+                finish = now + delay + max(0, -(-(p.remaining * total - p.carry) // p.weight))
                 soonest = finish if soonest is None else min(soonest, finish)
         if soonest is not None:
             self._push(soonest, _PE, pe_index, pe.version)
+
+    @staticmethod
+    def _settle_total(pe: _Pe, competing: list[_Process]) -> int:
+        """The competing weight; when it changed, carries in the old unit are dropped (under 1 ns each)."""
+        total = sum(p.weight for p in competing)
+        if total != pe.total:
+            pe.total = total
+            for p in competing:
+                p.carry = 0
+        return total
 
     def _push(self, time: int, kind: int, a: int, b: int) -> None:
         self._seq += 1
