@@ -104,6 +104,7 @@ class ProcessCounters:
     comm_ns: int = 0  # wall time inside returned calls, stops included (the hook reads a wall clock)
     spin_ns: int = 0  # of comm_ns, spin phases of spin-block calls
     block_ns: int = 0  # of comm_ns, from blocking to return, the wake-up included
+    wakeups: int = 0  # calls that blocked and were woken by their message
     iterations: int = 0
     in_call: bool = False
     enter_ns: int = 0  # when the last call began
@@ -431,6 +432,7 @@ class CoschedModel:
                     return
                 p.phase = Phase.WAKING
                 p.remaining = self.costs.wakeup_ns
+                p.counters.wakeups += 1
             elif p.phase is Phase.WAKING:
                 if p.remaining > 0:
                     return

@@ -6,11 +6,11 @@ once every partner has reached the same step and the message has crossed the net
 
     leave(r, k) >= max(enter(r, k), max(enter(p, k) for p in partners(r)) + latency_ns)
 
-with nearest neighbours on a ring or every other rank for an all-reduce (ClusterSchedSim's and the FCS
-paper's synthetic programs: a BSP loop with a ring exchange). How long after that instant the rank really
-returns depends on whether it was polling or blocked and on its CPU: that is the node model's business
-(tools/sim/cosched/node.py). A rank whose pattern is ``NONE`` never communicates: its iterations are one
-long computation, and mpihook would count no blocking call.
+with the nearest neighbours on a ring, or every rank (itself included) for an all-reduce (ClusterSchedSim's
+and the FCS paper's synthetic programs: a BSP loop with a ring exchange). How long after that instant the
+rank really returns depends on whether it was polling or blocked and on its CPU: that is the node model's
+business (tools/sim/cosched/node.py). A rank whose pattern is ``NONE`` never communicates: its iterations
+are one long computation, and mpihook would count no blocking call.
 """
 
 from __future__ import annotations
@@ -62,12 +62,16 @@ class Program:
         return self.pattern is not Pattern.NONE
 
     def partners(self, rank: int) -> tuple[int, ...]:
-        """The ranks whose arrival ``rank`` waits for in every step (never itself), in rank order."""
+        """The ranks whose arrival, plus the latency, ``rank`` waits for in every step, in rank order: its
+        neighbours on a ring (whose messages may be in before it calls); every rank, itself included, in an
+        all-reduce (the result needs the last contribution to travel, whoever made it)."""
         n = self.ranks
-        if self.pattern is Pattern.NONE or n == 1:
+        if self.pattern is Pattern.NONE:
             return ()
         if self.pattern is Pattern.ALLREDUCE:
-            return tuple(p for p in range(n) if p != rank)
+            return tuple(range(n))
+        if n == 1:
+            return ()
         return tuple(sorted({(rank - 1) % n, (rank + 1) % n}))
 
     def dedicated_ns(self) -> int:

@@ -191,6 +191,7 @@ class SteppedModel:
                 return True
         if r.phase is Phase.BLOCKED and not r.control.stopped and arrived:
             r.phase, r.remaining = Phase.WAKING, self.costs.wakeup_ns
+            r.counters.wakeups += 1
             return True
         if r.phase is Phase.WAKING and r.remaining <= 0:
             self._return(r, now)
