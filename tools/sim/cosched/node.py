@@ -1,0 +1,514 @@
+"""The node model of the coscheduling simulator: PEs shared by the processes of parallel programs.
+
+Every process (one rank of a job, pinned to one PE) is, at any instant, in one phase:
+
+- computing: it needs CPU to finish its iteration's computation;
+- waiting in a blocking call, on the CPU: busy polling, or the spin phase of spin-block;
+- blocked: the spin phase of spin-block ran out (``spin_ns`` of wall time after the call began) before the
+  message came; it uses no CPU until the message arrives, then needs ``Costs.wakeup_ns`` of CPU before its
+  call returns;
+- done, once it finished its iterations.
+
+The outside (the node manager's core, through the simulator's driver) says per process whether it is
+stopped (SIGSTOP) or runnable, its nice value, and how its blocking calls wait (``Control``). As in mpihook,
+the wait mode is read when a call begins. A stopped process gets no CPU and cannot return from a call.
+
+The local scheduler is a fluid model of CFS: the PE's time is divided among its runnable processes that are
+not blocked or done, in proportion to the weights of their nice values (Linux's table); a polling waiter
+takes its share as a computing process does. Whenever the outside changes which processes of a PE may run,
+the PE pays a context switch (``Costs.switch_ns``) during which nobody progresses. The fluid model ignores
+CFS's slices of a few milliseconds: a polling process notices its message at once even while it shares the
+PE. That is what makes the model analytic.
+
+The model is event driven: between two events nothing changes, so every process's progress is a rate times
+the time elapsed. Events are the instants where something changes: a computation or a wake-up ends (it
+depends on the PE's rates, so each PE has one pending event that is replaced when its rates change), a
+message arrives, a spin phase runs out, a context switch ends, or the outside changes a process's control.
+Events at equal times run in the order they were scheduled, which depends only on the calls made, so a run
+is deterministic. Time is integer nanoseconds; no wall clock, no randomness.
+
+The counters a process reports are the figures storm-nm reads (mpihook's record, mpihook/stats.py, and the
+kernel's CPU time, nm/monitor.py): ``events``, ``calls``, ``comm_ns``, ``spin_ns``, ``block_ns``,
+``in_call``, ``enter_ns``, ``exit_ns`` as the hook counts them (a call's time counts when it returns), and
+``cpu_ns`` as /proc shows it; besides the model's own breakdown (``compute_ns``, ``poll_ns``,
+``wakeup_cpu_ns``, ``blocked_ns``, ``stopped_ns``), which the profile of nm/profile.py names the same way.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from storm.tools.sim.cosched.program import Pattern, Program
+
+ProcessKey = tuple[int, int]  # (job id, rank)
+
+# Linux's sched_prio_to_weight (kernel/sched/core.c), nice -20 .. 19: each step of nice is about 1.25x.
+NICE_WEIGHTS = (
+    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916,
+    9548, 7620, 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277,
+    1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
+    110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
+)  # fmt: skip
+
+
+def nice_weight(nice: int) -> int:
+    if not -20 <= nice <= 19:
+        raise ValueError(f"nice {nice} outside -20..19")
+    return NICE_WEIGHTS[nice + 20]
+
+
+class WaitMode(Enum):
+    POLL = "poll"
+    SPIN_BLOCK = "spin-block"
+
+
+@dataclass(frozen=True)
+class Control:
+    """What the node manager decides for one process."""
+
+    stopped: bool = False
+    nice: int = 0
+    wait: WaitMode = WaitMode.POLL
+    spin_ns: int = 120_000  # T_spin, FCS paper Table 2
+
+    def __post_init__(self) -> None:
+        nice_weight(self.nice)
+        if self.spin_ns < 0:
+            raise ValueError("spin_ns cannot be negative")
+
+
+@dataclass(frozen=True)
+class Costs:
+    switch_ns: int = 0  # a PE's context switch, when the outside changes which of its processes may run
+    wakeup_ns: int = 0  # CPU a blocked process needs after its message arrives, before its call returns
+
+
+NO_COSTS = Costs()
+RUNNABLE = Control()  # what a launched process is told until the node manager says otherwise
+
+
+@dataclass(slots=True)
+class ProcessCounters:
+    """A process's cumulative counters since it was added (:meth:`CoschedModel.counters` hands out copies)."""
+
+    compute_ns: int = 0  # CPU time computing
+    poll_ns: int = 0  # CPU time waiting in calls: polling, or spinning in spin-block
+    wakeup_cpu_ns: int = 0  # CPU time paying wake-ups
+    blocked_ns: int = 0  # wall time blocked in a call and not stopped
+    stopped_ns: int = 0  # wall time stopped
+    events: int = 0  # blocking calls that returned (one per communication step)
+    calls: int = 0
+    comm_ns: int = 0  # wall time inside returned calls, stops included (the hook reads a wall clock)
+    spin_ns: int = 0  # of comm_ns, spin phases of spin-block calls
+    block_ns: int = 0  # of comm_ns, from blocking to return, the wake-up included
+    wakeups: int = 0  # calls that blocked and were woken by their message
+    iterations: int = 0
+    in_call: bool = False
+    enter_ns: int = 0  # when the last call began
+    exit_ns: int = 0  # when the last call returned
+    done: bool = False
+
+    @property
+    def cpu_ns(self) -> int:
+        """What the kernel would report as the process's CPU time."""
+        return self.compute_ns + self.poll_ns + self.wakeup_cpu_ns
+
+
+@dataclass(frozen=True)
+class PeCounters:
+    """Where a PE's time went since the model began; the four add up to the time elapsed."""
+
+    busy_ns: int = 0  # computing
+    spin_ns: int = 0  # polling or spinning
+    switch_ns: int = 0  # context switches and wake-ups
+    idle_ns: int = 0
+
+
+class Phase(Enum):
+    COMPUTE = "compute"
+    WAIT = "wait"  # in a call, on the CPU (polling or spinning)
+    BLOCKED = "blocked"
+    WAKING = "waking"
+    DONE = "done"
+
+
+@dataclass
+class _Process:
+    index: int
+    job: int
+    rank: int
+    pe: int
+    compute_ns: int
+    control: Control
+    weight: int
+    phase: Phase = Phase.COMPUTE
+    remaining: int = 0  # ns of CPU still needed: computation, or the wake-up
+    carry: int = 0  # CPU owed but not yet given, in 1/total ns of the PE's current total weight
+    step: int = 0  # the iteration it is in; its call is that iteration's communication step
+    mode: WaitMode = WaitMode.POLL  # of the current call, latched when it began
+    spin_deadline: int = 0
+    block_from: int | None = None
+    ready_ns: int | None = None  # when the current step's messages are all in, once known
+    counters: ProcessCounters = field(default_factory=ProcessCounters)
+
+
+@dataclass
+class _Job:
+    program: Program
+    processes: list[int]  # process index per rank
+    entered: list[int]  # communication steps each rank has begun
+    enter_ns: list[
+        list[int]
+    ]  # per rank, when it began its steps, by step parity (a rank is at most one ahead)
+    arrived: list[int]  # all-reduce: ranks in each step, by parity
+    last_arrival: list[int]
+    finished: int = 0
+    completion_ns: int | None = None
+
+
+@dataclass
+class _Pe:
+    processes: list[int] = field(default_factory=list)
+    synced_ns: int = 0
+    switch_until: int = 0
+    version: int = 0
+    total: int = 0  # the weight the carries of its processes are counted in
+    busy: int = 0
+    spin: int = 0
+    switch: int = 0
+    idle: int = 0
+
+
+# Event kinds; the heap orders events by (time, sequence number).
+_PE, _ARRIVE, _SPIN = 0, 1, 2
+
+
+class CoschedModel:
+    """PEs, the processes placed on them, and their progress, advanced event by event.
+
+    Cost: an event costs O(log E) for the heap plus O(n) for the n processes of the PE it concerns (their
+    progress and the PE's next event are recomputed); reading counters is O(1) after :meth:`advance`.
+    """
+
+    def __init__(self, pes: int, costs: Costs = NO_COSTS, start_ns: int = 0) -> None:
+        if pes < 1:
+            raise ValueError("a model needs at least one PE")
+        self.costs = costs
+        self.now = start_ns
+        self._pes = [_Pe(synced_ns=start_ns) for _ in range(pes)]
+        self._processes: list[_Process] = []
+        self._index: dict[ProcessKey, int] = {}
+        self._jobs: dict[int, _Job] = {}
+        self._heap: list[tuple[int, int, int, int, int]] = []
+        self._seq = 0
+        self.events_run = 0
+
+    # -- what the driver calls --------------------------------------------------------------------------
+
+    def add_job(
+        self, now: int, job_id: int, program: Program, placement: Sequence[int], control: Control = RUNNABLE
+    ) -> None:
+        """Start ``program``'s ranks at ``now``, rank r on PE ``placement[r]``, all under ``control``.
+        A launch costs no context switch."""
+        if job_id in self._jobs:
+            raise ValueError(f"job {job_id} is already in the model")
+        if len(placement) != program.ranks or not all(0 <= pe < len(self._pes) for pe in placement):
+            raise ValueError("the placement must name one existing PE per rank")
+        self.advance(now)
+        for pe in set(placement):
+            self._sync(pe, now)
+        n = program.ranks
+        job = _Job(program, [], [0] * n, [[0, 0] for _ in range(n)], [0, 0], [0, 0])
+        self._jobs[job_id] = job
+        for rank, pe in enumerate(placement):
+            index = len(self._processes)
+            process = _Process(
+                index, job_id, rank, pe, program.compute_ns[rank], control, nice_weight(control.nice)
+            )
+            process.remaining = process.compute_ns
+            self._processes.append(process)
+            self._index[job_id, rank] = index
+            self._pes[pe].processes.append(index)
+            job.processes.append(index)
+        for index in job.processes:
+            self._progress(self._processes[index], now)
+        for pe in set(placement):
+            self._reschedule(pe, now)
+
+    def control(self, now: int, key: ProcessKey, control: Control) -> None:
+        """Apply the node manager's decision for one process from ``now`` on."""
+        self.advance(now)
+        process = self._processes[self._index[key]]
+        pe = self._pes[process.pe]
+        self._sync(process.pe, now)
+        old = process.control
+        process.control = control
+        process.weight = nice_weight(control.nice)
+        if (
+            old.stopped != control.stopped
+            and process.phase is not Phase.DONE
+            and any(not self._processes[i].control.stopped for i in pe.processes if self._alive(i))
+        ):
+            pe.switch_until = now + self.costs.switch_ns
+        if not control.stopped:
+            self._progress(process, now)
+        self._reschedule(process.pe, now)
+
+    def advance(self, until: int) -> None:
+        """Run every event up to ``until`` and bring every counter to that instant.
+        O((E log E) + E x n + P) for E events, n processes per PE and P PEs."""
+        if until < self.now:
+            raise ValueError(f"time runs forward: {until} < {self.now}")
+        heap = self._heap
+        while heap and heap[0][0] <= until:
+            time, _, kind, a, b = heapq.heappop(heap)
+            if kind == _PE:
+                if self._pes[a].version != b:
+                    continue  # the PE's rates changed since this was scheduled
+                self.events_run += 1
+                self._sync(a, time)
+                for index in list(self._pes[a].processes):
+                    self._progress(self._processes[index], time)
+                self._reschedule(a, time)
+                continue
+            process = self._processes[a]
+            if process.step != b or process.phase is Phase.DONE:
+                continue
+            self.events_run += 1
+            self._sync(process.pe, time)
+            self._progress(process, time)
+            self._reschedule(process.pe, time)
+        for pe in range(len(self._pes)):
+            self._sync(pe, until)
+        self.now = until
+
+    def counters(self, key: ProcessKey) -> ProcessCounters:
+        return replace(self._processes[self._index[key]].counters)
+
+    def pe_counters(self, pe: int) -> PeCounters:
+        p = self._pes[pe]
+        return PeCounters(p.busy, p.spin, p.switch, p.idle)
+
+    def completion_ns(self, job_id: int) -> int | None:
+        """When the job's last rank finished its iterations; None while it runs."""
+        return self._jobs[job_id].completion_ns
+
+    def keys(self) -> Iterable[ProcessKey]:
+        return self._index.keys()
+
+    def next_event_ns(self) -> int | None:
+        """When something next changes by itself (None: nothing will until the outside acts). O(stale)."""
+        while self._heap:
+            time, _, kind, a, b = self._heap[0]
+            stale = (kind == _PE and self._pes[a].version != b) or (
+                kind != _PE and (self._processes[a].step != b or self._processes[a].phase is Phase.DONE)
+            )
+            if not stale:
+                return time
+            heapq.heappop(self._heap)
+        return None
+
+    def run_until_done(self, limit_ns: int, jobs: Iterable[int] | None = None) -> None:
+        """Advance event by event until every job (of ``jobs``, if given) has finished, or to ``limit_ns``."""
+        watched = [self._jobs[j] for j in jobs] if jobs is not None else list(self._jobs.values())
+        while any(job.completion_ns is None for job in watched):
+            upcoming = self.next_event_ns()
+            if upcoming is None or upcoming > limit_ns:
+                self.advance(limit_ns)
+                return
+            self.advance(upcoming)
+
+    # -- the model ---------------------------------------------------------------------------------------
+
+    def _alive(self, index: int) -> bool:
+        return self._processes[index].phase is not Phase.DONE
+
+    def _competing(self, pe: _Pe) -> list[_Process]:
+        """The processes the local scheduler shares the PE among."""
+        found = []
+        for index in pe.processes:
+            p = self._processes[index]
+            if not p.control.stopped and p.phase in (Phase.COMPUTE, Phase.WAIT, Phase.WAKING):
+                found.append(p)
+        return found
+
+    def _sync(self, pe_index: int, now: int) -> None:
+        """Bring the PE's processes from its last sync to ``now`` at constant rates. O(n).
+
+        Each competing process gets ``eff x w / W`` ns of CPU; the fraction of a nanosecond left over is
+        carried to the next sync, so syncing more often (reading counters, other PEs' events) never delays
+        a computation, which would otherwise need a further event a few nanoseconds later."""
+        pe = self._pes[pe_index]
+        dt = now - pe.synced_ns
+        if dt <= 0:
+            return
+        switching = min(dt, max(0, pe.switch_until - pe.synced_ns))
+        pe.switch += switching
+        eff = dt - switching
+        used = 0
+        competing = self._competing(pe)
+        total = self._settle_total(pe, competing)
+        for index in pe.processes:
+            p = self._processes[index]
+            c = p.counters
+            if p.phase is Phase.DONE:
+                continue
+            if p.control.stopped:
+                c.stopped_ns += dt
+            elif p.phase is Phase.BLOCKED:
+                c.blocked_ns += dt
+        for p in competing:
+            cpu, p.carry = divmod(eff * p.weight + p.carry, total)
+            c = p.counters
+            if p.phase is Phase.COMPUTE:
+                cpu = min(cpu, p.remaining)
+                p.remaining -= cpu
+                c.compute_ns += cpu
+                pe.busy += cpu
+            elif p.phase is Phase.WAKING:
+                cpu = min(cpu, p.remaining)
+                p.remaining -= cpu
+                c.wakeup_cpu_ns += cpu
+                pe.switch += cpu
+            else:
+                c.poll_ns += cpu
+                pe.spin += cpu
+            used += cpu
+        pe.idle += eff - used
+        pe.synced_ns = now
+
+    def _reschedule(self, pe_index: int, now: int) -> None:
+        """Replace the PE's pending event by the first instant its rates change by themselves.
+        O(n + log E)."""
+        pe = self._pes[pe_index]
+        pe.version += 1
+        delay = max(0, pe.switch_until - now)
+        competing = self._competing(pe)
+        total = self._settle_total(pe, competing)
+        soonest: int | None = now + delay if delay else None
+        for p in competing:
+            if p.phase is not Phase.WAIT:
+                finish = now + delay + max(0, -(-(p.remaining * total - p.carry) // p.weight))
+                soonest = finish if soonest is None else min(soonest, finish)
+        if soonest is not None:
+            self._push(soonest, _PE, pe_index, pe.version)
+
+    @staticmethod
+    def _settle_total(pe: _Pe, competing: list[_Process]) -> int:
+        """The competing weight; when it changed, carries in the old unit are dropped (under 1 ns each)."""
+        total = sum(p.weight for p in competing)
+        if total != pe.total:
+            pe.total = total
+            for p in competing:
+                p.carry = 0
+        return total
+
+    def _push(self, time: int, kind: int, a: int, b: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (time, self._seq, kind, a, b))
+
+    def _progress(self, p: _Process, now: int) -> None:
+        """Move a process through every phase change due at ``now`` (its PE synced to ``now``)."""
+        while True:
+            if p.phase is Phase.COMPUTE:
+                if p.remaining > 0:
+                    return
+                self._end_computation(p, now)
+            elif p.phase is Phase.WAIT:
+                if p.control.stopped:
+                    return
+                if p.ready_ns is not None and p.ready_ns <= now:
+                    self._return(p, now)
+                elif p.mode is WaitMode.SPIN_BLOCK and p.spin_deadline <= now:
+                    p.phase = Phase.BLOCKED
+                    p.block_from = now
+                else:
+                    return
+            elif p.phase is Phase.BLOCKED:
+                if p.control.stopped or p.ready_ns is None or p.ready_ns > now:
+                    return
+                p.phase = Phase.WAKING
+                p.remaining = self.costs.wakeup_ns
+                p.counters.wakeups += 1
+            elif p.phase is Phase.WAKING:
+                if p.remaining > 0:
+                    return
+                self._return(p, now)
+            else:
+                return
+
+    def _end_computation(self, p: _Process, now: int) -> None:
+        job = self._jobs[p.job]
+        if not job.program.communicates:
+            self._next_iteration(p, job, now)
+            return
+        p.counters.in_call = True
+        p.counters.enter_ns = now
+        p.phase = Phase.WAIT
+        p.mode = p.control.wait
+        p.block_from = None
+        if p.mode is WaitMode.SPIN_BLOCK:
+            p.spin_deadline = now + p.control.spin_ns
+            self._push(p.spin_deadline, _SPIN, p.index, p.step)
+        self._arrive(job, p.rank, p.step, now)
+
+    def _arrive(self, job: _Job, rank: int, step: int, now: int) -> None:
+        """``rank`` begins ``step``: work out which ranks now know when their messages are all in."""
+        program = job.program
+        job.entered[rank] = step + 1
+        job.enter_ns[rank][step % 2] = now
+        if program.pattern is Pattern.ALLREDUCE and program.ranks > 1:
+            # One counter per step: a rank cannot begin step k + 2 before every rank has left step k.
+            slot = step % 2
+            job.arrived[slot] += 1
+            job.last_arrival[slot] = max(job.last_arrival[slot], now)
+            if job.arrived[slot] == program.ranks:
+                ready = job.last_arrival[slot] + program.latency_ns
+                job.arrived[slot], job.last_arrival[slot] = 0, 0
+                for index in job.processes:
+                    self._set_ready(self._processes[index], step, ready)
+            return
+        for q in (rank, *program.partners(rank)):
+            process = self._processes[job.processes[q]]
+            if process.step != step or process.ready_ns is not None:
+                continue
+            partners = program.partners(q)
+            if all(job.entered[s] > step for s in partners):
+                last = max((job.enter_ns[s][step % 2] for s in partners), default=None)
+                self._set_ready(process, step, now if last is None else last + program.latency_ns)
+
+    def _set_ready(self, p: _Process, step: int, ready: int) -> None:
+        p.ready_ns = ready
+        self._push(ready, _ARRIVE, p.index, step)
+
+    def _return(self, p: _Process, now: int) -> None:
+        c = p.counters
+        spin = block = 0
+        if p.mode is WaitMode.SPIN_BLOCK:
+            spin = (now if p.block_from is None else p.block_from) - c.enter_ns
+            block = 0 if p.block_from is None else now - p.block_from
+        c.events += 1
+        c.calls += 1
+        c.comm_ns += now - c.enter_ns
+        c.spin_ns += spin
+        c.block_ns += block
+        c.in_call = False
+        c.exit_ns = now
+        p.ready_ns = None
+        self._next_iteration(p, self._jobs[p.job], now)
+
+    def _next_iteration(self, p: _Process, job: _Job, now: int) -> None:
+        p.counters.iterations += 1
+        p.step += 1
+        if p.step < job.program.iterations:
+            p.phase = Phase.COMPUTE
+            p.remaining = p.compute_ns
+            return
+        p.phase = Phase.DONE
+        p.counters.done = True
+        job.finished += 1
+        if job.finished == job.program.ranks:
+            job.completion_ns = now

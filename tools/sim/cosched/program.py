@@ -1,0 +1,90 @@
+"""The parallel program a simulated job runs: iterations of computation, then a communication step.
+
+Each rank computes ``compute_ns[rank]`` nanoseconds of CPU time per iteration (so granularity and load
+imbalance are parameters), then makes one blocking communication call. It can return from that call only
+once every partner has reached the same step and the message has crossed the network:
+
+    leave(r, k) >= max(enter(r, k), max(enter(p, k) for p in partners(r)) + latency_ns)
+
+with the nearest neighbours on a ring, or every rank (itself included) for an all-reduce (ClusterSchedSim's
+and the FCS paper's synthetic programs: a BSP loop with a ring exchange). How long after that instant the
+rank really returns depends on whether it was polling or blocked and on its CPU: that is the node model's
+business (tools/sim/cosched/node.py). A rank whose pattern is ``NONE`` never communicates: its iterations
+are one long computation, and mpihook would count no blocking call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Pattern(Enum):
+    NONE = "none"
+    RING = "ring"
+    ALLREDUCE = "allreduce"
+
+
+@dataclass(frozen=True)
+class Program:
+    """One job's program: ``len(compute_ns)`` ranks, each iterating ``iterations`` times."""
+
+    compute_ns: tuple[int, ...]
+    iterations: int
+    pattern: Pattern = Pattern.RING
+    latency_ns: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.compute_ns:
+            raise ValueError("a program needs at least one rank")
+        if self.iterations < 1:
+            raise ValueError("a program needs at least one iteration")
+        if min(self.compute_ns) < 0 or self.latency_ns < 0:
+            raise ValueError("computation and latency cannot be negative")
+
+    @classmethod
+    def balanced(
+        cls,
+        ranks: int,
+        compute_ns: int,
+        iterations: int,
+        pattern: Pattern = Pattern.RING,
+        latency_ns: int = 0,
+    ) -> Program:
+        return cls((compute_ns,) * ranks, iterations, pattern, latency_ns)
+
+    @property
+    def ranks(self) -> int:
+        return len(self.compute_ns)
+
+    @property
+    def communicates(self) -> bool:
+        return self.pattern is not Pattern.NONE
+
+    def partners(self, rank: int) -> tuple[int, ...]:
+        """The ranks whose arrival, plus the latency, ``rank`` waits for in every step, in rank order: its
+        neighbours on a ring (whose messages may be in before it calls); every rank, itself included, in an
+        all-reduce (the result needs the last contribution to travel, whoever made it)."""
+        n = self.ranks
+        if self.pattern is Pattern.NONE:
+            return ()
+        if self.pattern is Pattern.ALLREDUCE:
+            return tuple(range(n))
+        if n == 1:
+            return ()
+        return tuple(sorted({(rank - 1) % n, (rank + 1) % n}))
+
+    def dedicated_ns(self) -> int:
+        """The runtime with every rank alone on its own PE, polling, at no cost (the recurrence above with
+        every rank returning the instant it may), in O(iterations x partners). The yardstick for slowdowns."""
+        n = self.ranks
+        leave = [0] * n
+        for _ in range(self.iterations):
+            enter = [leave[r] + self.compute_ns[r] for r in range(n)]
+            if not self.communicates:
+                leave = enter
+                continue
+            leave = [
+                max([enter[r]] + [enter[p] + self.latency_ns for p in self.partners(r)]) for r in range(n)
+            ]
+        return max(leave)
