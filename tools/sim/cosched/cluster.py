@@ -44,7 +44,7 @@ from storm.mm.rights import Account
 from storm.mm.runs import seeded_nonces
 from storm.nm.node import Node, Outcome
 from storm.tools.sim.cosched.adapters import ProcessTable, SimMonitor, SimProcesses
-from storm.tools.sim.cosched.node import RUNNABLE, CoschedModel, Costs, PeCounters
+from storm.tools.sim.cosched.node import NO_COSTS, RUNNABLE, CoschedModel, Costs, PeCounters
 from storm.tools.sim.cosched.program import Program
 
 NS = 1_000_000_000
@@ -112,7 +112,7 @@ class CoschedCluster:
         *,
         mpl: int = 3,
         slice_s: float = 0.1,
-        costs: Costs = Costs(),
+        costs: Costs = NO_COSTS,
         fcs: p.FcsParameters | None = None,
         seed: int = 0,
     ) -> None:
@@ -188,6 +188,7 @@ class CoschedCluster:
             self._at(boundary)
             while submits and submits[0].submit_ns == boundary:
                 self._submit(submits.popleft())
+            self._settle()  # jobs submitted now are placed before this instant's heartbeat names a row
             if next_beat == boundary:
                 self._heartbeat()
                 next_beat += self.slice_ns
@@ -267,8 +268,8 @@ class CoschedCluster:
                     pids[name][str(slot.rank)] = pid
             controls = {}
             for name in sorted(pids):
-                for rank, pid in pids[name].items():
-                    controls[int(rank)] = self.table.add_rank(pid, (job_id, int(rank)), RUNNABLE)
+                for rank_text, pid in pids[name].items():
+                    controls[int(rank_text)] = self.table.add_rank(pid, (job_id, int(rank_text)), RUNNABLE)
             self.model.add_job(self.now_ns, job_id, program, placement)
             for rank, control in controls.items():
                 if control != RUNNABLE:
@@ -277,7 +278,9 @@ class CoschedCluster:
             for name in sorted(pids):
                 shell = self.nodes[name].jobs[job_id].shell_pid
                 msg = p.RanksStarted(job_id=job_id, pids=pids[name])
-                self._outcome(name, self.nodes[name].from_shell(b"shell", msg, (shell, os.getuid()), self.now))
+                self._outcome(
+                    name, self.nodes[name].from_shell(b"shell", msg, (shell, os.getuid()), self.now)
+                )
 
     # ------------------------------------------------------------------------------------------ messages
 
@@ -340,16 +343,15 @@ class CoschedCluster:
             if record.start_time is None or record.end_time is None:
                 raise SimulationError(f"job {job_id} ({name}) has no start or end time")
             jobs.append(
-                JobResult(name, job_id, record.submit_time, record.start_time, record.end_time, record.state.value)
+                JobResult(
+                    name, job_id, record.submit_time, record.start_time, record.end_time, record.state.value
+                )
             )
         stopped = {
             (self.programs[job][0], rank): self.model.counters((job, rank)).stopped_ns
-            for job, rank in self.model.keys()
+            for job, rank in self.model.keys()  # noqa: SIM118 (keys() is the model's API, not a dict's)
         }
-        classes = [
-            (c.time, self.programs[c.job_id][0], c.rank, c.old, c.new)
-            for c in self.class_changes
-        ]
+        classes = [(c.time, self.programs[c.job_id][0], c.rank, c.old, c.new) for c in self.class_changes]
         return ClusterResult(
             policy=self.policy.value, jobs=jobs, wall_seconds=wall, model_events=self.model.events_run,
             slices=self.slices, pes=[self.model.pe_counters(i) for i in range(self.model_pes)],
