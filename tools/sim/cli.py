@@ -387,10 +387,21 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--dir", help="the local cluster's directory (default: a temporary one, removed)")
     co.add_argument("--json", help="write every job's times and the summary here")
     co.set_defaults(func=cmd_compare)
+    sub.add_parser(
+        "scenarios",
+        help="the FCS paper's scenarios under batch, gang, sb and fcs through storm's cores over the node "
+        "model, beside the live results (options: storm sim scenarios --help)",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["scenarios"]:  # its own options (tools/sim/cosched/scenarios.py)
+        from storm.tools.sim.cosched.scenarios import main as scenarios_main
+
+        return scenarios_main(given[1:])
     args = build_parser().parse_args(argv)
     try:
         status: int = args.func(args)

@@ -1,0 +1,363 @@
+"""A simulated time-shared cluster: storm-mm's core, storm-nm's core on every node, the node model under
+them (issue 15, item 2).
+
+The MM side is :class:`storm.mm.core.Controller` with the in-memory store, configured with the policy, the
+MPL, the slice and FCS's constants, as tools/sim/engine.py drives it for batch traces. The node side is one
+:class:`storm.nm.node.Node` per node, whole, over tools/sim/cosched/adapters.py's seams, so that what a
+simulated node decides (SIGSTOP/SIGCONT, nice, poll or spin-block, FCS's classes) is what storm-nm decides:
+
+- a submission is a SubmitJob to the MM; its launches go to the nodes' cores (``Node.from_mm``), which
+  start a job shell through the process seam; once every node of the job has one, the driver starts the
+  job's :class:`Program` in the model and plays the shell: RanksStarted with the ranks' pids
+  (``Node.from_shell``), whereupon the node core signals and steers them as the current slice wants;
+- every slice the MM's ``heartbeat(now)`` makes a Heartbeat, which every node core gets
+  (``Node.heartbeat``): it samples the measurements, classifies (FCS) and switches; the switch's check is
+  answered as done (``Node.switch_checked``) after the model's context-switch cost;
+- when the model says the job's program has ended, the driver plays the shell again (ShellDone), and the
+  node core reports JobNodeDone to the MM, which frees the job's PEs and starts what is queued.
+
+Messages take no time. Between two instants where the driver acts (a heartbeat, a submission) the model
+runs event by event, and after every event the driver looks for jobs that ended then. Deterministic: the
+MM's nonces are seeded, pids are handed out in order, nothing reads a wall clock but the run's own cost.
+
+Cost: a run is O(E x n) in the model's events E (n processes per PE) plus O(S x R) for S slices of R ranks
+through the node cores; the model dominates for fine-grained jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from storm.mm import protocol as p
+from storm.mm.config import MMConfig, NMConfig
+from storm.mm.core import Controller, FromNode
+from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send
+from storm.mm.memory_store import MemoryStore
+from storm.mm.rights import Account
+from storm.mm.runs import seeded_nonces
+from storm.nm.node import Node, Outcome
+from storm.tools.sim.cosched.adapters import ProcessTable, SimMonitor, SimProcesses
+from storm.tools.sim.cosched.node import NO_COSTS, RUNNABLE, CoschedModel, Costs, PeCounters
+from storm.tools.sim.cosched.program import Program
+
+NS = 1_000_000_000
+POLICIES = ("batch", "gang", "sb", "fcs")
+
+
+class SimulationError(RuntimeError):
+    """A core refused what the simulated cluster sent it, or the run could not finish."""
+
+
+@dataclass(frozen=True)
+class SimJob:
+    """A job to submit: its program (one rank per PE it asks for) at ``submit_ns``."""
+
+    name: str
+    program: Program
+    submit_ns: int = 0
+
+
+@dataclass(frozen=True)
+class JobResult:
+    name: str
+    mm_id: int
+    submit: float  # seconds, the MM's records
+    start: float
+    end: float
+    state: str
+
+    @property
+    def response(self) -> float:
+        return self.end - self.submit
+
+
+@dataclass
+class ClusterResult:
+    policy: str
+    jobs: list[JobResult]
+    wall_seconds: float
+    model_events: int
+    slices: int
+    pes: list[PeCounters] = field(default_factory=list)
+    # Per process (job name, rank): where its time went in the model, and its class changes under FCS.
+    stopped_ns: dict[tuple[str, int], int] = field(default_factory=dict)
+    classes: list[tuple[float, str, int, str, str]] = field(default_factory=list)  # time, job, rank, old, new
+
+
+def mm_config(policy: str, mpl: int, slice_s: float) -> MMConfig:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
+    # Simulated nodes never go silent and end on their own: liveness and kill timeouts never fire.
+    return MMConfig(
+        mpl=1 if policy == "batch" else mpl, slice=slice_s, backfill="easy", node_timeout=math.inf,
+        kill_timeout=math.inf,
+    )  # fmt: skip
+
+
+class CoschedCluster:
+    """``nodes`` x ``pes_per_node`` PEs under ``policy``; :meth:`run` simulates a list of jobs once."""
+
+    def __init__(
+        self,
+        nodes: int,
+        pes_per_node: int,
+        policy: str,
+        *,
+        mpl: int = 3,
+        slice_s: float = 0.1,
+        costs: Costs = NO_COSTS,
+        fcs: p.FcsParameters | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.nodes_count = nodes
+        self.pes_per_node = pes_per_node
+        self.policy = p.Policy(policy)
+        self.slice_ns = round(slice_s * NS)
+        self.costs = costs
+        self.model = CoschedModel(nodes * pes_per_node, costs)
+        self.table = ProcessTable(self.model)
+        self.fcs = fcs or p.FcsParameters()
+        self.ctl = Controller(
+            MemoryStore(), mm_config(policy, mpl, slice_s), "sim-mm", nonce=seeded_nonces(seed),
+            policy=self.policy, fcs=self.fcs,
+        )  # fmt: skip
+        self.caller = Account(os.getuid(), os.getgid(), "sim")  # launches run as a user this host knows
+        self.nodes: dict[str, Node] = {}
+        self.inbox: deque[tuple[str, p.Message]] = deque()  # node reports on their way to the MM
+        self.launches: dict[int, dict[str, p.LaunchJob]] = {}  # job -> node -> its launch, until started
+        self.programs: dict[int, tuple[str, Program]] = {}  # MM job id -> (name, program)
+        self.running: list[int] = []  # MM job ids started in the model and not ended
+        self.ended: dict[int, JobEnded] = {}
+        self.class_changes: list[p.ClassChange] = []  # FCS: as the node cores report them to the MM
+        self.slices = 0
+        self.now_ns = 0
+
+    # ------------------------------------------------------------------------------------------ the run
+
+    def run(self, jobs: list[SimJob], limit_ns: int = 3600 * NS) -> ClusterResult:
+        started = time.perf_counter()
+        logger = logging.getLogger("storm")
+        level = logger.level
+        logger.setLevel(logging.WARNING)  # the cores log a line per launch, switch and end
+        try:
+            with tempfile.TemporaryDirectory(prefix="storm-sim-") as run_dir:
+                self._boot(Path(run_dir))
+                self._run(sorted(jobs, key=lambda j: j.submit_ns), limit_ns)
+        finally:
+            logger.setLevel(level)
+        return self._result(time.perf_counter() - started)
+
+    def _boot(self, run_dir: Path) -> None:
+        self._carry_out(self.ctl.recover(0.0), None)
+        for i in range(self.nodes_count):
+            name = f"n{i}"
+            processes = SimProcesses(self.table)
+            node = Node(
+                NMConfig(kill_grace=1.0, profile=True), name, list(range(self.pes_per_node)), run_dir / name,
+                epoch=f"sim-nm-{i}", processes=processes, measurements=SimMonitor(processes, name),
+            )  # fmt: skip
+            # Any path will do: a simulated rank loads no library, but the node core makes a job's record
+            # segment (and so measures it) only when mpihook is there to write it.
+            node.local.hook_library = Path("/sim/libstormhook.so")
+            self.nodes[name] = node
+            for report in node.reports():
+                self.inbox.append((name, report))
+        self._settle()
+
+    def _run(self, jobs: list[SimJob], limit_ns: int) -> None:
+        submits = deque(jobs)
+        cycles = self.policy.cycles
+        next_beat = 0 if cycles else None
+        while submits or self.running or self.ctl.runs.pending or self.ctl.runs.active:
+            candidates = [t for t in (next_beat, submits[0].submit_ns if submits else None) if t is not None]
+            boundary = min(candidates) if candidates else None
+            self._run_model(boundary)
+            if boundary is None:
+                if self.running or self.ctl.runs.pending or self.ctl.runs.active:
+                    raise SimulationError("jobs remain but nothing will happen: a deadlock in the model")
+                break
+            if boundary > limit_ns:
+                raise SimulationError(f"the run passed its limit of {limit_ns / NS:.0f} s")
+            self._at(boundary)
+            while submits and submits[0].submit_ns == boundary:
+                self._submit(submits.popleft())
+            self._settle()  # jobs submitted now are placed before this instant's heartbeat names a row
+            if next_beat == boundary:
+                self._heartbeat()
+                next_beat += self.slice_ns
+            self._settle()
+
+    def _run_model(self, until: int | None) -> None:
+        """Run the model event by event up to ``until`` (None: until nothing is left to happen), ending
+        jobs as their programs end. O(events x (n + running jobs))."""
+        model = self.model
+        while True:
+            upcoming = model.next_event_ns()
+            if upcoming is None or (until is not None and upcoming > until):
+                return
+            self._at(upcoming)
+            if any(model.completion_ns(j) is not None for j in self.running):
+                self._end_jobs()
+                self._settle()
+
+    def _at(self, now_ns: int) -> None:
+        self.model.advance(now_ns)
+        self.now_ns = self.table.now_ns = now_ns
+
+    @property
+    def now(self) -> float:
+        return self.now_ns / NS
+
+    # ------------------------------------------------------------------------------------------ stimuli
+
+    def _submit(self, job: SimJob) -> None:
+        msg = p.SubmitJob(ranks=job.program.ranks, argv=("bsp",), cwd="/tmp", env={}, name=job.name)
+        effects = self.ctl.handle(msg, self.now, self.caller)
+        reply = effects[0]
+        if not (isinstance(reply, Reply) and isinstance(reply.message, p.JobSubmitted)):
+            raise SimulationError(f"job {job.name} refused: {reply}")
+        self.programs[reply.message.job_id] = (job.name, job.program)
+        self._carry_out(effects[1:], None)
+
+    def _heartbeat(self) -> None:
+        for effect in self.ctl.heartbeat(self.now):
+            if isinstance(effect, Publish):
+                self.slices += 1
+                for name, node in self.nodes.items():
+                    self._outcome(name, node.heartbeat(effect.heartbeat, self.now, self.now))
+
+    def _end_jobs(self) -> None:
+        """Play the job shells of the jobs whose program ended: every rank exited with 0."""
+        for job_id in [j for j in self.running if self.model.completion_ns(j) is not None]:
+            self.running.remove(job_id)
+            for name, node in self.nodes.items():
+                local = node.jobs.get(job_id)
+                if local is None:
+                    continue
+                exits = tuple(p.RankExit(rank=s.rank, exit_code=0) for s in local.launch.slots)
+                done = p.ShellDone(job_id=job_id, exits=exits)
+                self._outcome(name, node.from_shell(b"shell", done, (local.shell_pid, os.getuid()), self.now))
+
+    def _start_jobs(self) -> None:
+        """Jobs every node of which has its launch: start the program in the model, then tell each node
+        core its ranks' pids as the shell would. Jobs in MM id order."""
+        for job_id in sorted(self.launches):
+            launches = self.launches[job_id]
+            first = next(iter(launches.values()))
+            if len(launches) < len(first.ranks_per_node):
+                continue
+            del self.launches[job_id]
+            _, program = self.programs[job_id]
+            placement = [0] * program.ranks
+            pids: dict[str, dict[str, int]] = {}
+            for name, launch in launches.items():
+                shell = self.nodes[name].jobs[job_id].shell_pid
+                base = int(name[1:]) * self.pes_per_node
+                pids[name] = {}
+                for slot in launch.slots:
+                    placement[slot.rank] = base + slot.pe
+                    pid = self.table.spawn()
+                    self.table.sessions[shell].append(pid)
+                    pids[name][str(slot.rank)] = pid
+            controls = {}
+            for name in sorted(pids):
+                for rank_text, pid in pids[name].items():
+                    controls[int(rank_text)] = self.table.add_rank(pid, (job_id, int(rank_text)), RUNNABLE)
+            self.model.add_job(self.now_ns, job_id, program, placement)
+            for rank, control in controls.items():
+                if control != RUNNABLE:
+                    self.model.control(self.now_ns, (job_id, rank), control)
+            self.running.append(job_id)
+            for name in sorted(pids):
+                shell = self.nodes[name].jobs[job_id].shell_pid
+                msg = p.RanksStarted(job_id=job_id, pids=pids[name])
+                self._outcome(
+                    name, self.nodes[name].from_shell(b"shell", msg, (shell, os.getuid()), self.now)
+                )
+
+    # ------------------------------------------------------------------------------------------ messages
+
+    def _settle(self) -> None:
+        """Deliver every message on its way, run the MM's scheduling passes and start what they launched,
+        until nothing is left to do at this instant."""
+        while True:
+            while self.inbox:
+                name, msg = self.inbox.popleft()
+                self._carry_out(self.ctl.handle(msg, self.now, FromNode(name)), name)
+            if self.ctl.pass_due:
+                self._carry_out(self.ctl.schedule(self.now), None)
+                continue
+            if any(len(ls) >= len(next(iter(ls.values())).ranks_per_node) for ls in self.launches.values()):
+                self._start_jobs()
+                continue
+            if not self.inbox:
+                return
+
+    def _carry_out(self, effects: list[Effect], origin: str | None) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                if isinstance(effect.message, p.LaunchJob):
+                    self.launches.setdefault(effect.message.job_id, {})[effect.node] = effect.message
+                self._outcome(effect.node, self.nodes[effect.node].from_mm(effect.message, self.now))
+            elif isinstance(effect, Reply):
+                if origin is None:
+                    continue
+                if isinstance(effect.message, p.Error):
+                    raise SimulationError(f"storm-mm refused a report of {origin}: {effect.message.text}")
+                self._outcome(origin, self.nodes[origin].from_mm(effect.message, self.now))
+            elif isinstance(effect, JobEnded):
+                self.ended[effect.job.id] = effect
+            elif not isinstance(effect, Publish):
+                continue  # Wait: no client waits in a simulation
+
+    def _outcome(self, name: str, out: Outcome) -> None:
+        """What a node core decided: its reports go to the MM, its switch is done after the switch cost."""
+        node = self.nodes[name]
+        for msg in out.to_mm:
+            self.inbox.append((name, msg))
+            if isinstance(msg, p.JobStats):
+                self.class_changes.extend(msg.changes)
+        if out.check is not None:
+            node.switch_checked(out.check, self.now + self.costs.switch_ns / NS)
+        if out.report_now:
+            for msg in node.reports():
+                self.inbox.append((name, msg))
+
+    # ------------------------------------------------------------------------------------------ results
+
+    def _result(self, wall: float) -> ClusterResult:
+        jobs = []
+        for job_id in sorted(self.programs):
+            name, _ = self.programs[job_id]
+            ended = self.ended.get(job_id)
+            if ended is None:
+                raise SimulationError(f"job {job_id} ({name}) never ended")
+            record = ended.job
+            if record.start_time is None or record.end_time is None:
+                raise SimulationError(f"job {job_id} ({name}) has no start or end time")
+            jobs.append(
+                JobResult(
+                    name, job_id, record.submit_time, record.start_time, record.end_time, record.state.value
+                )
+            )
+        stopped = {
+            (self.programs[job][0], rank): self.model.counters((job, rank)).stopped_ns
+            for job, rank in self.model.keys()  # noqa: SIM118 (keys() is the model's API, not a dict's)
+        }
+        classes = [(c.time, self.programs[c.job_id][0], c.rank, c.old, c.new) for c in self.class_changes]
+        return ClusterResult(
+            policy=self.policy.value, jobs=jobs, wall_seconds=wall, model_events=self.model.events_run,
+            slices=self.slices, pes=[self.model.pe_counters(i) for i in range(self.model_pes)],
+            stopped_ns=stopped, classes=sorted(classes),
+        )  # fmt: skip
+
+    @property
+    def model_pes(self) -> int:
+        return self.nodes_count * self.pes_per_node
