@@ -350,7 +350,14 @@ class CoschedModel:
         eff = dt - switching
         used = 0
         competing = self._competing(pe)
-        total = self._settle_total(pe, competing)
+        total = sum(p.weight for p in competing)
+        if total != pe.total:
+            # Carries are counted in the old total: drop them (under 1 ns each). Only here, on an interval
+            # of positive length, so that a state that lasts no time (a rank that blocks and is woken at
+            # the same instant) changes nothing, whatever order the events of that instant run in.
+            pe.total = total
+            for p in competing:
+                p.carry = 0
         for index in pe.processes:
             p = self._processes[index]
             c = p.counters
@@ -387,24 +394,16 @@ class CoschedModel:
         pe.version += 1
         delay = max(0, pe.switch_until - now)
         competing = self._competing(pe)
-        total = self._settle_total(pe, competing)
+        total = sum(p.weight for p in competing)
+        fresh = total != pe.total  # the next sync drops the carries
         soonest: int | None = now + delay if delay else None
         for p in competing:
             if p.phase is not Phase.WAIT:
-                finish = now + delay + max(0, -(-(p.remaining * total - p.carry) // p.weight))
+                carry = 0 if fresh else p.carry
+                finish = now + delay + max(0, -(-(p.remaining * total - carry) // p.weight))
                 soonest = finish if soonest is None else min(soonest, finish)
         if soonest is not None:
             self._push(soonest, _PE, pe_index, pe.version)
-
-    @staticmethod
-    def _settle_total(pe: _Pe, competing: list[_Process]) -> int:
-        """The competing weight; when it changed, carries in the old unit are dropped (under 1 ns each)."""
-        total = sum(p.weight for p in competing)
-        if total != pe.total:
-            pe.total = total
-            for p in competing:
-                p.carry = 0
-        return total
 
     def _push(self, time: int, kind: int, a: int, b: int) -> None:
         self._seq += 1
@@ -430,6 +429,11 @@ class CoschedModel:
             elif p.phase is Phase.BLOCKED:
                 if p.control.stopped or p.ready_ns is None or p.ready_ns > now:
                     return
+                if p.block_from == now:
+                    # The message came at the instant the spin ran out: the spin catches it. Which of the
+                    # two events ran first must not matter (the shortcut does not order them).
+                    p.phase, p.block_from = Phase.WAIT, None
+                    continue
                 p.phase = Phase.WAKING
                 p.remaining = self.costs.wakeup_ns
                 p.counters.wakeups += 1
