@@ -37,7 +37,7 @@ kernel's CPU time, nm/monitor.py): ``events``, ``calls``, ``comm_ns``, ``spin_ns
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -167,6 +167,13 @@ class _Job:
     last_arrival: list[int]
     finished: int = 0
     completion_ns: int | None = None
+    # The shortcut (shortcut.py): while ``alone``, the job's state is as of ``fast_ns`` and its own events
+    # are not in the heap; one checkpoint event (``epoch``) stands for them, its walk kept in ``pending``.
+    alone: bool = False
+    fast_ns: int = 0
+    epoch: int = 0
+    chunk_ns: int = 0
+    pending: tuple[int, Callable[[], None]] | None = None
 
 
 @dataclass
@@ -176,6 +183,7 @@ class _Pe:
     switch_until: int = 0
     version: int = 0
     total: int = 0  # the weight the carries of its processes are counted in
+    owner: int | None = None  # the job alone on this PE, advanced by the shortcut
     busy: int = 0
     spin: int = 0
     switch: int = 0
@@ -183,7 +191,10 @@ class _Pe:
 
 
 # Event kinds; the heap orders events by (time, sequence number).
-_PE, _ARRIVE, _SPIN = 0, 1, 2
+_PE, _ARRIVE, _SPIN, _CHECKPOINT = 0, 1, 2, 3
+# A job alone is walked ahead by this many of its iterations at first, doubling to the cap: short walks
+# waste little when a slice ends early, long ones keep the number of checkpoint events low.
+_FIRST_CHUNK, _LAST_CHUNK = 16, 4096
 
 
 class CoschedModel:
@@ -193,7 +204,8 @@ class CoschedModel:
     progress and the PE's next event are recomputed); reading counters is O(1) after :meth:`advance`.
     """
 
-    def __init__(self, pes: int, costs: Costs = NO_COSTS, start_ns: int = 0) -> None:
+    def __init__(self, pes: int, costs: Costs = NO_COSTS, start_ns: int = 0, shortcut: bool = True) -> None:
+        """``shortcut=False`` runs every job event by event (the reference the shortcut is tested against)."""
         if pes < 1:
             raise ValueError("a model needs at least one PE")
         self.costs = costs
@@ -204,6 +216,8 @@ class CoschedModel:
         self._jobs: dict[int, _Job] = {}
         self._heap: list[tuple[int, int, int, int, int]] = []
         self._seq = 0
+        self._dirty: set[int] = set()  # PEs where a job may have become alone
+        self.shortcut = shortcut
         self.events_run = 0
 
     # -- what the driver calls --------------------------------------------------------------------------
@@ -219,6 +233,7 @@ class CoschedModel:
             raise ValueError("the placement must name one existing PE per rank")
         self.advance(now)
         for pe in set(placement):
+            self._rejoin(self._pes[pe].owner, now)
             self._sync(pe, now)
         n = program.ranks
         job = _Job(program, [], [0] * n, [[0, 0] for _ in range(n)], [0, 0], [0, 0])
@@ -237,12 +252,15 @@ class CoschedModel:
             self._progress(self._processes[index], now)
         for pe in set(placement):
             self._reschedule(pe, now)
+        self._dirty.update(placement)
+        self._go_alone(now)
 
     def control(self, now: int, key: ProcessKey, control: Control) -> None:
         """Apply the node manager's decision for one process from ``now`` on."""
         self.advance(now)
         process = self._processes[self._index[key]]
         pe = self._pes[process.pe]
+        self._rejoin(pe.owner, now)
         self._sync(process.pe, now)
         old = process.control
         process.control = control
@@ -256,6 +274,8 @@ class CoschedModel:
         if not control.stopped:
             self._progress(process, now)
         self._reschedule(process.pe, now)
+        self._dirty.add(process.pe)
+        self._go_alone(now)
 
     def advance(self, until: int) -> None:
         """Run every event up to ``until`` and bring every counter to that instant.
@@ -264,36 +284,63 @@ class CoschedModel:
             raise ValueError(f"time runs forward: {until} < {self.now}")
         heap = self._heap
         while heap and heap[0][0] <= until:
-            time, _, kind, a, b = heapq.heappop(heap)
-            if kind == _PE:
-                if self._pes[a].version != b:
-                    continue  # the PE's rates changed since this was scheduled
-                self.events_run += 1
-                self._sync(a, time)
-                for index in list(self._pes[a].processes):
-                    self._progress(self._processes[index], time)
-                self._reschedule(a, time)
-                continue
-            process = self._processes[a]
-            if process.step != b or process.phase is Phase.DONE:
+            entry = heapq.heappop(heap)
+            time, _, kind, a, _ = entry
+            if self._stale(entry):
                 continue
             self.events_run += 1
-            self._sync(process.pe, time)
-            self._progress(process, time)
-            self._reschedule(process.pe, time)
+            if kind == _CHECKPOINT:
+                job = self._jobs[a]
+                self._materialize(job, time)
+                if job.alone:
+                    self._checkpoint(job)
+            elif kind == _PE:
+                here = self._pes[a]
+                self._sync(a, time)
+                for index in list(here.processes):
+                    self._progress(self._processes[index], time)
+                self._reschedule(a, time)
+                if here.switch_until == time:
+                    self._dirty.add(a)
+            else:
+                process = self._processes[a]
+                self._sync(process.pe, time)
+                self._progress(process, time)
+                self._reschedule(process.pe, time)
+            if self._dirty and (not heap or heap[0][0] > time):
+                self._go_alone(time)  # once every event of the instant has run
         for pe in range(len(self._pes)):
-            self._sync(pe, until)
+            if self._pes[pe].owner is None:
+                self._sync(pe, until)
         self.now = until
+        if self._dirty:
+            self._go_alone(until)
+
+    def _stale(self, entry: tuple[int, int, int, int, int]) -> bool:
+        """An event that no longer stands: its PE's rates changed, its process moved on, is done, is stopped
+        (a stopped process changes nothing until continued, and control() looks at it then) or alone."""
+        _, _, kind, a, b = entry
+        if kind == _PE:
+            return self._pes[a].version != b
+        if kind == _CHECKPOINT:
+            job = self._jobs[a]
+            return not job.alone or job.epoch != b
+        p = self._processes[a]
+        return p.step != b or p.phase is Phase.DONE or p.control.stopped or self._jobs[p.job].alone
 
     def counters(self, key: ProcessKey) -> ProcessCounters:
-        return replace(self._processes[self._index[key]].counters)
+        process = self._processes[self._index[key]]
+        self._catch_up(self._pes[process.pe].owner)
+        return replace(process.counters)
 
     def pe_counters(self, pe: int) -> PeCounters:
         p = self._pes[pe]
+        self._catch_up(p.owner)
         return PeCounters(p.busy, p.spin, p.switch, p.idle)
 
     def completion_ns(self, job_id: int) -> int | None:
         """When the job's last rank finished its iterations; None while it runs."""
+        self._catch_up(job_id)
         return self._jobs[job_id].completion_ns
 
     def keys(self) -> Iterable[ProcessKey]:
@@ -302,12 +349,8 @@ class CoschedModel:
     def next_event_ns(self) -> int | None:
         """When something next changes by itself (None: nothing will until the outside acts). O(stale)."""
         while self._heap:
-            time, _, kind, a, b = self._heap[0]
-            stale = (kind == _PE and self._pes[a].version != b) or (
-                kind != _PE and (self._processes[a].step != b or self._processes[a].phase is Phase.DONE)
-            )
-            if not stale:
-                return time
+            if not self._stale(self._heap[0]):
+                return self._heap[0][0]
             heapq.heappop(self._heap)
         return None
 
@@ -320,6 +363,116 @@ class CoschedModel:
                 self.advance(limit_ns)
                 return
             self.advance(upcoming)
+
+    # -- the shortcut: jobs alone on their PEs (shortcut.py) ----------------------------------------------
+
+    def _go_alone(self, now: int) -> None:
+        """Hand every job now alone on its PEs to the shortcut. O(m) for the m processes on dirty PEs
+        and the PEs of their jobs."""
+        dirty, self._dirty = self._dirty, set()
+        if not self.shortcut:
+            return
+        seen: set[int] = set()
+        for pe in dirty:
+            for index in self._pes[pe].processes:
+                job_id = self._processes[index].job
+                if job_id in seen:
+                    continue
+                seen.add(job_id)
+                job = self._jobs[job_id]
+                if self._is_alone(job, now):
+                    self._detach(job_id, job, now)
+
+    def _is_alone(self, job: _Job, now: int) -> bool:
+        if job.alone or job.completion_ns is not None:
+            return False
+        for index in job.processes:
+            p = self._processes[index]
+            if p.phase is Phase.DONE:
+                continue
+            pe = self._pes[p.pe]
+            if p.control.stopped or pe.switch_until > now or pe.owner is not None:
+                return False
+            for other in pe.processes:
+                o = self._processes[other]
+                if other != index and o.phase is not Phase.DONE and not o.control.stopped:
+                    return False
+        return True
+
+    def _detach(self, job_id: int, job: _Job, now: int) -> None:
+        for index in job.processes:
+            p = self._processes[index]
+            if p.phase is not Phase.DONE:
+                self._sync(p.pe, now)
+                pe = self._pes[p.pe]
+                pe.owner = job_id
+                pe.version += 1  # its pending event is the shortcut's business now
+        job.alone, job.fast_ns, job.epoch = True, now, job.epoch + 1
+        per_iteration = max(job.program.compute_ns) + job.program.latency_ns + self.costs.wakeup_ns + 1
+        job.chunk_ns = _FIRST_CHUNK * per_iteration
+        self._checkpoint(job)
+
+    def _checkpoint(self, job: _Job) -> None:
+        """Walk the job ahead by a chunk; its next event is its end if that comes first, else the chunk's."""
+        from storm.tools.sim.cosched.shortcut import advance_alone
+
+        target = job.fast_ns + job.chunk_ns
+        finished, apply = advance_alone(self, job, target)
+        if finished is not None:
+            target = finished
+            _, apply = advance_alone(self, job, target)
+        last = _LAST_CHUNK * (max(job.program.compute_ns) + job.program.latency_ns + self.costs.wakeup_ns + 1)
+        job.chunk_ns = min(2 * job.chunk_ns, last)
+        job.pending = (target, apply)
+        self._push(target, _CHECKPOINT, self._job_id(job), job.epoch)
+
+    def _job_id(self, job: _Job) -> int:
+        return self._processes[job.processes[0]].job
+
+    def _materialize(self, job: _Job, now: int) -> None:
+        """Bring a job alone to ``now``: its walk, if the checkpoint is now, else a new one. On its end it
+        leaves the shortcut, and its PEs may hold a job alone."""
+        from storm.tools.sim.cosched.shortcut import advance_alone
+
+        if now > job.fast_ns:
+            if job.pending is not None and job.pending[0] == now:
+                job.pending[1]()
+            else:
+                advance_alone(self, job, now)[1]()
+        job.pending = None
+        if job.completion_ns is not None:
+            self._leave_shortcut(job, now)
+
+    def _catch_up(self, job_id: int | None) -> None:
+        if job_id is not None and self._jobs[job_id].alone:
+            self._materialize(self._jobs[job_id], self.now)
+
+    def _rejoin(self, job_id: int | None, now: int) -> None:
+        """The outside acts on a PE of a job alone: bring it to ``now`` and back to the event path, with
+        the events it would have pending."""
+        if job_id is None or not self._jobs[job_id].alone:
+            return
+        job = self._jobs[job_id]
+        self._materialize(job, now)
+        if not job.alone:
+            return
+        self._leave_shortcut(job, now)
+        for index in job.processes:
+            p = self._processes[index]
+            if p.phase in (Phase.WAIT, Phase.BLOCKED) and p.ready_ns is not None and p.ready_ns > now:
+                self._push(p.ready_ns, _ARRIVE, index, p.step)
+            if p.phase is Phase.WAIT and p.mode is WaitMode.SPIN_BLOCK and p.spin_deadline > now:
+                self._push(p.spin_deadline, _SPIN, index, p.step)
+
+    def _leave_shortcut(self, job: _Job, now: int) -> None:
+        job.alone, job.pending = False, None
+        job.epoch += 1
+        for index in job.processes:
+            pe = self._processes[index].pe
+            if self._pes[pe].owner is not None and self._jobs[self._pes[pe].owner or 0] is job:
+                self._pes[pe].owner = None
+                self._reschedule(pe, now)
+                self._dirty.add(pe)
 
     # -- the model ---------------------------------------------------------------------------------------
 
@@ -350,7 +503,14 @@ class CoschedModel:
         eff = dt - switching
         used = 0
         competing = self._competing(pe)
-        total = self._settle_total(pe, competing)
+        total = sum(p.weight for p in competing)
+        if total != pe.total:
+            # Carries are counted in the old total: drop them (under 1 ns each). Only here, on an interval
+            # of positive length, so that a state that lasts no time (a rank that blocks and is woken at
+            # the same instant) changes nothing, whatever order the events of that instant run in.
+            pe.total = total
+            for p in competing:
+                p.carry = 0
         for index in pe.processes:
             p = self._processes[index]
             c = p.counters
@@ -387,24 +547,16 @@ class CoschedModel:
         pe.version += 1
         delay = max(0, pe.switch_until - now)
         competing = self._competing(pe)
-        total = self._settle_total(pe, competing)
+        total = sum(p.weight for p in competing)
+        fresh = total != pe.total  # the next sync drops the carries
         soonest: int | None = now + delay if delay else None
         for p in competing:
             if p.phase is not Phase.WAIT:
-                finish = now + delay + max(0, -(-(p.remaining * total - p.carry) // p.weight))
+                carry = 0 if fresh else p.carry
+                finish = now + delay + max(0, -(-(p.remaining * total - carry) // p.weight))
                 soonest = finish if soonest is None else min(soonest, finish)
         if soonest is not None:
             self._push(soonest, _PE, pe_index, pe.version)
-
-    @staticmethod
-    def _settle_total(pe: _Pe, competing: list[_Process]) -> int:
-        """The competing weight; when it changed, carries in the old unit are dropped (under 1 ns each)."""
-        total = sum(p.weight for p in competing)
-        if total != pe.total:
-            pe.total = total
-            for p in competing:
-                p.carry = 0
-        return total
 
     def _push(self, time: int, kind: int, a: int, b: int) -> None:
         self._seq += 1
@@ -430,6 +582,11 @@ class CoschedModel:
             elif p.phase is Phase.BLOCKED:
                 if p.control.stopped or p.ready_ns is None or p.ready_ns > now:
                     return
+                if p.block_from == now:
+                    # The message came at the instant the spin ran out: the spin catches it. Which of the
+                    # two events ran first must not matter (the shortcut does not order them).
+                    p.phase, p.block_from = Phase.WAIT, None
+                    continue
                 p.phase = Phase.WAKING
                 p.remaining = self.costs.wakeup_ns
                 p.counters.wakeups += 1
@@ -509,6 +666,7 @@ class CoschedModel:
             return
         p.phase = Phase.DONE
         p.counters.done = True
+        self._dirty.add(p.pe)
         job.finished += 1
         if job.finished == job.program.ranks:
             job.completion_ns = now

@@ -1,0 +1,154 @@
+"""The node model's shortcut (tools/sim/cosched/shortcut.py) gives exactly what the event path gives.
+
+Every case runs twice, with ``shortcut=False`` (every job event by event) and with it on, and every counter
+of every process and PE, every completion time and the instant each job's end is reported must be equal
+to the nanosecond. Cases mix jobs alone on their PEs (the shortcut's) with
+jobs sharing PEs (the event path's), stops and continues at arbitrary instants (gang slices, ends of the
+shortcut in the middle of a call, a spin or a wake-up), nice and wait-mode changes, spin deadlines equal to
+arrivals, context switches and wake-up costs, and counters read in the middle of a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storm.tools.sim.cosched.node import Control, CoschedModel, Costs, WaitMode
+from storm.tools.sim.cosched.program import Pattern, Program
+
+US = 1_000
+LIMIT = 10**13
+
+
+@dataclass(frozen=True)
+class Case:
+    pes: int
+    costs: Costs
+    jobs: tuple[tuple[int, Program, tuple[int, ...], Control], ...]  # (start, program, placement, control)
+    changes: tuple[tuple[int, int, Control], ...]  # (time, job, control for all its ranks)
+    reads: tuple[int, ...]  # instants counters are read at
+
+
+@st.composite
+def controls(draw: st.DrawFn) -> Control:
+    return Control(
+        stopped=draw(st.booleans()),
+        nice=draw(st.sampled_from([0, 0, 0, 3])),
+        wait=draw(st.sampled_from(list(WaitMode))),
+        spin_ns=draw(st.sampled_from([0, 50 * US, 120 * US, 400 * US])),
+    )
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> Case:
+    pes = draw(st.integers(1, 4))
+    costs = Costs(
+        switch_ns=draw(st.sampled_from([0, 30 * US])), wakeup_ns=draw(st.sampled_from([0, 70 * US]))
+    )
+    jobs = []
+    for _ in range(draw(st.integers(1, 3))):
+        ranks = draw(st.integers(1, 4))
+        program = Program(
+            tuple(draw(st.sampled_from([100 * US, 150 * US, 333 * US, 1000 * US])) for _ in range(ranks)),
+            draw(st.integers(1, 60)),
+            draw(st.sampled_from(list(Pattern))),
+            draw(st.sampled_from([0, 20 * US, 50 * US, 120 * US])),
+        )
+        spread = draw(st.booleans())  # one rank per PE (what gang placement does), or anywhere
+        placement = tuple((r % pes) if spread else draw(st.integers(0, pes - 1)) for r in range(ranks))
+        start = draw(st.sampled_from([0, 0, 1 * US, 500 * US]))
+        jobs.append((start, program, placement, draw(controls())))
+    jobs.sort(key=lambda j: j[0])
+    changes = sorted(
+        (
+            (draw(st.integers(0, 40_000)) * US // 4, draw(st.integers(0, len(jobs) - 1)), draw(controls()))
+            for _ in range(draw(st.integers(0, 8)))
+        ),
+        key=lambda c: (c[0], c[1]),
+    )
+    reads = tuple(sorted(draw(st.lists(st.integers(0, 20_000 * US), max_size=4))))
+    return Case(pes, costs, tuple(jobs), tuple(changes), reads)
+
+
+def run(case: Case, shortcut: bool) -> list[object]:
+    model = CoschedModel(case.pes, case.costs, shortcut=shortcut)
+    seen: list[object] = []
+    actions: list[tuple[int, int, object]] = []
+    for job, (start, program, placement, control) in enumerate(case.jobs):
+        actions.append((start, 0, (job, program, placement, control)))
+    for time, job, control in case.changes:
+        actions.append((time, 1, (job, control)))
+    for time in case.reads:
+        actions.append((time, 2, None))
+    actions.sort(key=lambda a: (a[0], a[1]))
+    started: set[int] = set()
+    end = 0
+    for time, what, arg in actions:
+        end = time
+        if what == 0:
+            job, program, placement, control = arg  # type: ignore[misc]
+            model.add_job(time, job, program, placement, control)
+            started.add(job)
+        elif what == 1:
+            job, control = arg  # type: ignore[misc]
+            if job in started:
+                for rank in range(case.jobs[job][1].ranks):
+                    model.control(time, (job, rank), control)
+        else:
+            model.advance(time)
+            seen.extend(model.counters(key) for key in sorted(model.keys()))
+            seen.extend(model.pe_counters(pe) for pe in range(case.pes))
+    for job, (_, program, _, control) in enumerate(case.jobs):
+        for rank in range(program.ranks):
+            model.control(
+                end + 1000 * US,
+                (job, rank),
+                Control(nice=control.nice, wait=control.wait, spin_ns=control.spin_ns),
+            )
+    # Step from event to event as a driver would: completions must show at their own instants.
+    ends = [(job, model.completion_ns(job)) for job in range(len(case.jobs)) if model.completion_ns(job)]
+    while any(model.completion_ns(job) is None for job in range(len(case.jobs))):
+        upcoming = model.next_event_ns()
+        assert upcoming is not None and upcoming < LIMIT
+        model.advance(upcoming)
+        for job in range(len(case.jobs)):
+            done = model.completion_ns(job)
+            if done is not None and (job, done) not in ends:
+                assert done == upcoming, "a job's end was reported late"
+                ends.append((job, done))
+    seen.append(sorted(ends))
+    seen.extend(model.counters(key) for key in sorted(model.keys()))
+    seen.extend(model.pe_counters(pe) for pe in range(case.pes))
+    seen.append(model.now)
+    return seen
+
+
+@settings(max_examples=400, deadline=None)
+@given(cases())
+def test_the_shortcut_gives_exactly_what_the_event_path_gives(case: Case) -> None:
+    assert run(case, shortcut=True) == run(case, shortcut=False)
+
+
+def test_a_gang_slice_is_walked_not_stepped() -> None:
+    """Two 4-rank rings gang-scheduled in 100 ms slices: equal to the event path, with far fewer events."""
+    ms = 1_000_000
+    models = []
+    for shortcut in (False, True):
+        model = CoschedModel(4, Costs(switch_ns=50 * US), shortcut=shortcut)
+        program = Program.balanced(4, ms, 500, Pattern.RING, latency_ns=20 * US)
+        model.add_job(0, 1, program, [0, 1, 2, 3])
+        model.add_job(0, 2, program, [0, 1, 2, 3], Control(stopped=True))
+        for n in range(1, 12):
+            running, stopped = (1, 2) if n % 2 == 0 else (2, 1)
+            for rank in range(4):
+                model.control(n * 100 * ms, (stopped, rank), Control(stopped=True))
+                model.control(n * 100 * ms, (running, rank), Control())
+        model.run_until_done(LIMIT)
+        models.append(model)
+    slow, fast = models
+    assert [fast.counters(k) for k in sorted(fast.keys())] == [slow.counters(k) for k in sorted(slow.keys())]
+    assert [fast.pe_counters(pe) for pe in range(4)] == [slow.pe_counters(pe) for pe in range(4)]
+    assert fast.completion_ns(2) == slow.completion_ns(2) is not None
+    assert fast.events_run * 20 < slow.events_run
