@@ -599,7 +599,12 @@ class CoschedModel:
             elif p.phase is Phase.WAIT:
                 if p.control.stopped:
                     return
-                if p.ready_ns is not None and p.ready_ns <= now and self._on_cpu(p):
+                if p.ready_ns is not None and p.ready_ns <= now:
+                    if not self._on_cpu(p):
+                        # Under slices: its message is in, and the test it makes when it next runs finds it
+                        # before it looks at the clock, so it does not block, however late that is (and
+                        # blocking here would turn straight back into this wait: a loop at one instant).
+                        return
                     self._return(p, now)
                 elif p.mode is WaitMode.SPIN_BLOCK and p.spin_deadline <= now:
                     p.phase = Phase.BLOCKED
