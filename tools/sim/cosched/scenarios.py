@@ -44,7 +44,11 @@ class Calibration:
     wakeup_ns: int = 500_000  # CPU a blocked rank needs once its message is in (see the README)
     latency_ns: int = 5_000  # one BSP ring step: two MPI_Sendrecv over loopback
     overhead_ns: int = 55_000  # CPU per iteration outside the burner (Python, mpi4py)
-    slice_ns: int = 0  # the local scheduler's time slice (node.py Costs; 0: fluid sharing)
+    # The local scheduler's time slice (node.py Costs; 0: fluid sharing): EEVDF's base slice on this
+    # machine's 2 CPUs, 0.75 ms x (1 + log2 2) by the kernel's default scaling (its debugfs is not readable
+    # here). With fluid sharing complementing's sb and fcs were 0.198 and 0.078 off the live ratios
+    # (results/sim-scenarios-slices.md).
+    slice_ns: int = 1_500_000
 
     @property
     def costs(self) -> Costs:
@@ -224,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-us", type=float, default=Calibration.latency_ns / 1e3)
     parser.add_argument("--overhead-us", type=float, default=Calibration.overhead_ns / 1e3)
     parser.add_argument(
-        "--slice-ms", type=float, default=Calibration.slice_ns / 1e6, help="CFS time slice (0: fluid sharing)"
+        "--slice-ms",
+        type=float,
+        default=Calibration.slice_ns / 1e6,
+        help="the local scheduler's time slice (0: fluid sharing; default 1.5)",
     )
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--markdown", type=Path, help="write the tables here")
