@@ -45,7 +45,9 @@ def controls(draw: st.DrawFn) -> Control:
 def cases(draw: st.DrawFn) -> Case:
     pes = draw(st.integers(1, 4))
     costs = Costs(
-        switch_ns=draw(st.sampled_from([0, 30 * US])), wakeup_ns=draw(st.sampled_from([0, 70 * US]))
+        switch_ns=draw(st.sampled_from([0, 30 * US])),
+        wakeup_ns=draw(st.sampled_from([0, 70 * US])),
+        slice_ns=draw(st.sampled_from([0, 0, 90 * US, 400 * US])),  # slices.py: the shortcut must hold too
     )
     jobs = []
     for _ in range(draw(st.integers(1, 3))):
