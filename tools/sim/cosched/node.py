@@ -18,7 +18,7 @@ not blocked or done, in proportion to the weights of their nice values (Linux's 
 takes its share as a computing process does. Whenever the outside changes which processes of a PE may run,
 the PE pays a context switch (``Costs.switch_ns``) during which nobody progresses. The fluid model ignores
 CFS's slices of a few milliseconds: a polling process notices its message at once even while it shares the
-PE. That is what makes the model analytic.
+PE. That is what makes the model analytic. ``Costs.slice_ns`` replaces it by round-robin slices (slices.py).
 
 The model is event driven: between two events nothing changes, so every process's progress is a rate times
 the time elapsed. Events are the instants where something changes: a computation or a wake-up ends (it
@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from storm.tools.sim.cosched import slices
 from storm.tools.sim.cosched.program import Pattern, Program
 
 ProcessKey = tuple[int, int]  # (job id, rank)
@@ -84,6 +85,12 @@ class Control:
 class Costs:
     switch_ns: int = 0  # a PE's context switch, when the outside changes which of its processes may run
     wakeup_ns: int = 0  # CPU a blocked process needs after its message arrives, before its call returns
+    # Round-robin slices among a PE's runnable processes (slices.py); 0 shares the PE fluidly.
+    slice_ns: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.switch_ns, self.wakeup_ns, self.slice_ns) < 0:
+            raise ValueError("costs cannot be negative")
 
 
 NO_COSTS = Costs()
@@ -188,6 +195,10 @@ class _Pe:
     spin: int = 0
     switch: int = 0
     idle: int = 0
+    # Under slices (slices.py): the run queue, its head running until ``slice_end``.
+    queue: list[int] = field(default_factory=list)
+    running: int | None = None
+    slice_end: int = 0
 
 
 # Event kinds; the heap orders events by (time, sequence number).
@@ -476,6 +487,11 @@ class CoschedModel:
 
     # -- the model ---------------------------------------------------------------------------------------
 
+    def _on_cpu(self, p: _Process) -> bool:
+        """Whether ``p`` may see what happened: always when the PE is shared fluidly, only while it runs
+        under slices."""
+        return not self.costs.slice_ns or self._pes[p.pe].running == p.index
+
     def _alive(self, index: int) -> bool:
         return self._processes[index].phase is not Phase.DONE
 
@@ -520,6 +536,9 @@ class CoschedModel:
                 c.stopped_ns += dt
             elif p.phase is Phase.BLOCKED:
                 c.blocked_ns += dt
+        if self.costs.slice_ns:
+            competing = []
+            used = slices.sync(self, pe, eff)
         for p in competing:
             cpu, p.carry = divmod(eff * p.weight + p.carry, total)
             c = p.counters
@@ -545,6 +564,14 @@ class CoschedModel:
         O(n + log E)."""
         pe = self._pes[pe_index]
         pe.version += 1
+        if self.costs.slice_ns:
+            slices.update_queue(self, pe_index, now)
+            change = slices.next_change(self, pe, now)
+            if pe.switch_until > now:
+                change = pe.switch_until if change is None else min(change, pe.switch_until)
+            if change is not None:
+                self._push(change, _PE, pe_index, pe.version)
+            return
         delay = max(0, pe.switch_until - now)
         competing = self._competing(pe)
         total = sum(p.weight for p in competing)
@@ -573,6 +600,11 @@ class CoschedModel:
                 if p.control.stopped:
                     return
                 if p.ready_ns is not None and p.ready_ns <= now:
+                    if not self._on_cpu(p):
+                        # Under slices: its message is in, and the test it makes when it next runs finds it
+                        # before it looks at the clock, so it does not block, however late that is (and
+                        # blocking here would turn straight back into this wait: a loop at one instant).
+                        return
                     self._return(p, now)
                 elif p.mode is WaitMode.SPIN_BLOCK and p.spin_deadline <= now:
                     p.phase = Phase.BLOCKED
@@ -591,7 +623,7 @@ class CoschedModel:
                 p.remaining = self.costs.wakeup_ns
                 p.counters.wakeups += 1
             elif p.phase is Phase.WAKING:
-                if p.remaining > 0:
+                if p.remaining > 0 or not self._on_cpu(p):
                     return
                 self._return(p, now)
             else:

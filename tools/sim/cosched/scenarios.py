@@ -44,10 +44,15 @@ class Calibration:
     wakeup_ns: int = 500_000  # CPU a blocked rank needs once its message is in (see the README)
     latency_ns: int = 5_000  # one BSP ring step: two MPI_Sendrecv over loopback
     overhead_ns: int = 55_000  # CPU per iteration outside the burner (Python, mpi4py)
+    # The local scheduler's time slice (node.py Costs; 0: fluid sharing): EEVDF's base slice on this
+    # machine's 2 CPUs, 0.75 ms x (1 + log2 2) by the kernel's default scaling (its debugfs is not readable
+    # here). With fluid sharing complementing's sb and fcs were 0.198 and 0.078 off the live ratios
+    # (results/sim-scenarios-slices.md).
+    slice_ns: int = 1_500_000
 
     @property
     def costs(self) -> Costs:
-        return Costs(switch_ns=self.switch_ns, wakeup_ns=self.wakeup_ns)
+        return Costs(switch_ns=self.switch_ns, wakeup_ns=self.wakeup_ns, slice_ns=self.slice_ns)
 
 
 def program(plan: JobPlan, ranks: int, calibration: Calibration) -> Program:
@@ -170,12 +175,15 @@ def worst_gap(result: Json) -> float:
 def markdown(result: Json) -> str:
     given = result["parameters"]
     cal = given["calibration"]
+    slice_ms = cal.get("slice_ns", 0) / 1e6
+    local = f"{slice_ms:g} ms round-robin slices" if slice_ms else "fluid sharing"
     lines = [
         f"Simulated building block ({given['length']:g} s of computation) alone under batch: "
         f"{result['unit']:.2f} s (live {result['live_unit'] or float('nan'):.2f} s). 2 nodes x 1 PE, MPL 3, "
         f"100 ms slices. Costs: context switch {cal['switch_ns'] / 1e6:g} ms, wake-up "
         f"{cal['wakeup_ns'] / 1e3:g} us, ring step latency {cal['latency_ns'] / 1e3:g} us, CPU per iteration "
-        f"outside the burner {cal['overhead_ns'] / 1e3:g} us. Worst |simulated - live| turnaround / gang: "
+        f"outside the burner {cal['overhead_ns'] / 1e3:g} us, local scheduler "
+        f"{local}. Worst |simulated - live| turnaround / gang: "
         f"{worst_gap(result):.3f}.",
         "",
     ]
@@ -219,12 +227,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wakeup-us", type=float, default=Calibration.wakeup_ns / 1e3)
     parser.add_argument("--latency-us", type=float, default=Calibration.latency_ns / 1e3)
     parser.add_argument("--overhead-us", type=float, default=Calibration.overhead_ns / 1e3)
+    parser.add_argument(
+        "--slice-ms",
+        type=float,
+        default=Calibration.slice_ns / 1e6,
+        help="the local scheduler's time slice (0: fluid sharing; default 1.5)",
+    )
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--markdown", type=Path, help="write the tables here")
     args = parser.parse_args(argv)
     calibration = Calibration(
         switch_ns=round(args.switch_us * 1e3), wakeup_ns=round(args.wakeup_us * 1e3),
         latency_ns=round(args.latency_us * 1e3), overhead_ns=round(args.overhead_us * 1e3),
+        slice_ns=round(args.slice_ms * 1e6),
     )  # fmt: skip
     live = json.loads(args.live.read_text()) if args.live and args.live.exists() else None
     result = run(args.scenarios.split(","), args.policies.split(","), calibration, args.length, live)

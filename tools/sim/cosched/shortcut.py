@@ -87,6 +87,7 @@ def advance_alone(  # noqa: PLR0915
     gap = [False] * n  # a positive interval off the CPU (blocked or done) within (t0, t1)
     done_at: list[int | None] = [None] * n
     live = [p.phase is not Phase.DONE for p in procs]
+    live_pes = {p.pe for p, alive in zip(procs, live, strict=True) if alive}  # accounted by their ranks
     for r, p in enumerate(procs):
         phase = p.phase
         if phase is Phase.COMPUTE:
@@ -263,9 +264,23 @@ def advance_alone(  # noqa: PLR0915
             c.block_ns += d_block[r]
             c.wakeups += d_wakeups[r]
             c.iterations += d_iter[r]
-            if not live[r] or span <= 0:
-                continue  # a rank done before t0 no longer owns its PE: others may run there
+            if span <= 0:
+                continue
             pe = model._pes[p.pe]
+            if not live[r]:
+                # Done before t0. While the job is alone its PE stays the job's (an outside act there
+                # brings the job back to the event path first), so nothing runs on it: the PE idles, and
+                # what is stopped there stays stopped. A PE the job no longer owns is the event path's.
+                owned = pe.owner is not None and model._jobs[pe.owner] is job
+                if owned and p.pe not in live_pes and pe.synced_ns < t1:
+                    idle = t1 - max(pe.synced_ns, t0)
+                    pe.idle += idle
+                    for index in pe.processes:
+                        other = model._processes[index]
+                        if other is not p and other.phase is not Phase.DONE and other.control.stopped:
+                            other.counters.stopped_ns += idle
+                    pe.synced_ns = t1
+                continue
             pe.busy += d_compute[r]
             pe.spin += d_poll[r]
             pe.switch += d_wake[r]
