@@ -130,7 +130,9 @@ def elapsed(pe: PeCounters) -> int:
     return pe.busy_ns + pe.spin_ns + pe.switch_ns + pe.idle_ns
 
 
-@settings(max_examples=300, deadline=None)
+# Derandomized: the same cases in every run (hypothesis found two discontinuities of the band with random
+# seeds, now counted); run with `--hypothesis-seed=N` (and derandomize off) to search further.
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(cases())
 def test_the_event_model_follows_the_stepped_reference(case: Case) -> None:
     fast, slow = CoschedModel(case.pes, case.costs), SteppedModel(case.pes, case.costs, DT)
