@@ -37,169 +37,43 @@ kernel's CPU time, nm/monitor.py): ``events``, ``calls``, ``comm_ns``, ``spin_ns
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from enum import Enum
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from storm.tools.sim.cosched import slices
 from storm.tools.sim.cosched.program import Pattern, Program
+from storm.tools.sim.cosched.records import (
+    NICE_WEIGHTS,
+    NO_COSTS,
+    RUNNABLE,
+    Control,
+    Costs,
+    PeCounters,
+    Phase,
+    ProcessCounters,
+    ProcessKey,
+    WaitMode,
+    _Job,
+    _Pe,
+    _Process,
+    nice_weight,
+)
 
-ProcessKey = tuple[int, int]  # (job id, rank)
-
-# Linux's sched_prio_to_weight (kernel/sched/core.c), nice -20 .. 19: each step of nice is about 1.25x.
-NICE_WEIGHTS = (
-    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916,
-    9548, 7620, 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277,
-    1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
-    110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
-)  # fmt: skip
-
-
-def nice_weight(nice: int) -> int:
-    if not -20 <= nice <= 19:
-        raise ValueError(f"nice {nice} outside -20..19")
-    return NICE_WEIGHTS[nice + 20]
-
-
-class WaitMode(Enum):
-    POLL = "poll"
-    SPIN_BLOCK = "spin-block"
-
-
-@dataclass(frozen=True)
-class Control:
-    """What the node manager decides for one process."""
-
-    stopped: bool = False
-    nice: int = 0
-    wait: WaitMode = WaitMode.POLL
-    spin_ns: int = 120_000  # T_spin, FCS paper Table 2
-
-    def __post_init__(self) -> None:
-        nice_weight(self.nice)
-        if self.spin_ns < 0:
-            raise ValueError("spin_ns cannot be negative")
-
-
-@dataclass(frozen=True)
-class Costs:
-    switch_ns: int = 0  # a PE's context switch, when the outside changes which of its processes may run
-    wakeup_ns: int = 0  # CPU a blocked process needs after its message arrives, before its call returns
-    # Round-robin slices among a PE's runnable processes (slices.py); 0 shares the PE fluidly.
-    slice_ns: int = 0
-
-    def __post_init__(self) -> None:
-        if min(self.switch_ns, self.wakeup_ns, self.slice_ns) < 0:
-            raise ValueError("costs cannot be negative")
-
-
-NO_COSTS = Costs()
-RUNNABLE = Control()  # what a launched process is told until the node manager says otherwise
-
-
-@dataclass(slots=True)
-class ProcessCounters:
-    """A process's cumulative counters since it was added (:meth:`CoschedModel.counters` hands out copies)."""
-
-    compute_ns: int = 0  # CPU time computing
-    poll_ns: int = 0  # CPU time waiting in calls: polling, or spinning in spin-block
-    wakeup_cpu_ns: int = 0  # CPU time paying wake-ups
-    blocked_ns: int = 0  # wall time blocked in a call and not stopped
-    stopped_ns: int = 0  # wall time stopped
-    events: int = 0  # blocking calls that returned (one per communication step)
-    calls: int = 0
-    comm_ns: int = 0  # wall time inside returned calls, stops included (the hook reads a wall clock)
-    spin_ns: int = 0  # of comm_ns, spin phases of spin-block calls
-    block_ns: int = 0  # of comm_ns, from blocking to return, the wake-up included
-    wakeups: int = 0  # calls that blocked and were woken by their message
-    iterations: int = 0
-    in_call: bool = False
-    enter_ns: int = 0  # when the last call began
-    exit_ns: int = 0  # when the last call returned
-    done: bool = False
-
-    @property
-    def cpu_ns(self) -> int:
-        """What the kernel would report as the process's CPU time."""
-        return self.compute_ns + self.poll_ns + self.wakeup_cpu_ns
-
-
-@dataclass(frozen=True)
-class PeCounters:
-    """Where a PE's time went since the model began; the four add up to the time elapsed."""
-
-    busy_ns: int = 0  # computing
-    spin_ns: int = 0  # polling or spinning
-    switch_ns: int = 0  # context switches and wake-ups
-    idle_ns: int = 0
-
-
-class Phase(Enum):
-    COMPUTE = "compute"
-    WAIT = "wait"  # in a call, on the CPU (polling or spinning)
-    BLOCKED = "blocked"
-    WAKING = "waking"
-    DONE = "done"
-
-
-@dataclass
-class _Process:
-    index: int
-    job: int
-    rank: int
-    pe: int
-    compute_ns: int
-    control: Control
-    weight: int
-    phase: Phase = Phase.COMPUTE
-    remaining: int = 0  # ns of CPU still needed: computation, or the wake-up
-    carry: int = 0  # CPU owed but not yet given, in 1/total ns of the PE's current total weight
-    step: int = 0  # the iteration it is in; its call is that iteration's communication step
-    mode: WaitMode = WaitMode.POLL  # of the current call, latched when it began
-    spin_deadline: int = 0
-    block_from: int | None = None
-    ready_ns: int | None = None  # when the current step's messages are all in, once known
-    counters: ProcessCounters = field(default_factory=ProcessCounters)
-
-
-@dataclass
-class _Job:
-    program: Program
-    processes: list[int]  # process index per rank
-    entered: list[int]  # communication steps each rank has begun
-    enter_ns: list[
-        list[int]
-    ]  # per rank, when it began its steps, by step parity (a rank is at most one ahead)
-    arrived: list[int]  # all-reduce: ranks in each step, by parity
-    last_arrival: list[int]
-    finished: int = 0
-    completion_ns: int | None = None
-    # The shortcut (shortcut.py): while ``alone``, the job's state is as of ``fast_ns`` and its own events
-    # are not in the heap; one checkpoint event (``epoch``) stands for them, its walk kept in ``pending``.
-    alone: bool = False
-    fast_ns: int = 0
-    epoch: int = 0
-    chunk_ns: int = 0
-    pending: tuple[int, Callable[[], None]] | None = None
-
-
-@dataclass
-class _Pe:
-    processes: list[int] = field(default_factory=list)
-    synced_ns: int = 0
-    switch_until: int = 0
-    version: int = 0
-    total: int = 0  # the weight the carries of its processes are counted in
-    owner: int | None = None  # the job alone on this PE, advanced by the shortcut
-    busy: int = 0
-    spin: int = 0
-    switch: int = 0
-    idle: int = 0
-    # Under slices (slices.py): the run queue, its head running until ``slice_end``.
-    queue: list[int] = field(default_factory=list)
-    running: int | None = None
-    slice_end: int = 0
-
+# The records are part of the model's interface: callers import them from here.
+__all__ = [
+    "NICE_WEIGHTS",
+    "NO_COSTS",
+    "RUNNABLE",
+    "Control",
+    "CoschedModel",
+    "Costs",
+    "PeCounters",
+    "Phase",
+    "ProcessCounters",
+    "ProcessKey",
+    "WaitMode",
+    "nice_weight",
+]
 
 # Event kinds; the heap orders events by (time, sequence number).
 _PE, _ARRIVE, _SPIN, _CHECKPOINT = 0, 1, 2, 3

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from storm.tools.sim.cosched.program import Pattern
 
 if TYPE_CHECKING:
-    from storm.tools.sim.cosched.node import CoschedModel, _Job
+    from storm.tools.sim.cosched.node import CoschedModel
+    from storm.tools.sim.cosched.records import _Job
 
 # Per-rank states of the walk; the event path's phases map onto them (BLOCKED is a call whose spin ran out).
 _COMPUTE, _CALL, _WAKING, _DONE = 0, 1, 2, 3
@@ -41,7 +42,7 @@ def advance_alone(  # noqa: PLR0915
     Return when its last rank finished if that is at or before ``t1`` (else None), and a function that
     writes the walk's outcome into the model: the walk is also the look-ahead for the job's next event,
     and is applied only if nothing outside acts before ``t1``."""
-    from storm.tools.sim.cosched.node import Phase, WaitMode
+    from storm.tools.sim.cosched.records import Phase, WaitMode
 
     t0 = job.fast_ns
     program = job.program

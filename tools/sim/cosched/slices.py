@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from storm.tools.sim.cosched.node import CoschedModel, _Pe, _Process
+    from storm.tools.sim.cosched.node import CoschedModel
+    from storm.tools.sim.cosched.records import _Pe, _Process
 
 NICE_0_WEIGHT = 1024
 
@@ -73,7 +74,7 @@ def sync(model: CoschedModel, pe: _Pe, eff: int) -> int:
         return 0
     p = model._processes[pe.running]
     c = p.counters
-    from storm.tools.sim.cosched.node import Phase
+    from storm.tools.sim.cosched.records import Phase
 
     if p.phase is Phase.COMPUTE:
         cpu = min(eff, p.remaining)
@@ -99,7 +100,7 @@ def next_change(model: CoschedModel, pe: _Pe, now: int) -> int | None:
         return None
     start = max(now, pe.switch_until)
     p = model._processes[pe.running]
-    from storm.tools.sim.cosched.node import Phase
+    from storm.tools.sim.cosched.records import Phase
 
     soonest = start + p.remaining if p.phase is not Phase.WAIT else None
     if len(pe.queue) > 1:
