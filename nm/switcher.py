@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storm.mm.protocol import Policy
+from storm.mm.protocol import FcsParameters, Policy
 from storm.nm.fcs import Decision, Klass, Process, decide
 from storm.nm.processes import Processes
 
@@ -111,7 +111,7 @@ class ContextSwitcher:
         self.units: dict[Key, Unit] = {}
         self.followers: dict[int, Follower] = {}  # pid -> a spawned process
         self.classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)
-        self.f_priority = "slot"  # FCS: which F processes have priority (FcsParameters.f_priority)
+        self.f_priority = FcsParameters.f_priority  # FCS: which F processes have priority (the MM says)
         self.group_nice: dict[int, int] = {}  # job -> the nice of its ranks' autogroup on this node
         self.active: int | None = None
         self.durations: deque[float] = deque(maxlen=SAMPLES)  # seconds from arrival to effect

@@ -72,7 +72,9 @@ def test_fcs_gives_a_cs_process_its_slot_alone_and_lets_dc_fill_the_others() -> 
 
 
 def test_fcs_prioritizes_the_f_process_of_the_slot_over_the_dc_sharing_its_pe() -> None:
+    """The paper's rule, [fcs] f_priority = "slot" (storm's default is "always": test_fcs.py)."""
     switcher, fake, _ = node("fcs")
+    switcher.f_priority = "slot"
     switcher.started(1, {0: 100})
     switcher.started(2, {0: 200})
     switcher.classes[(1, 0)] = Klass.F

@@ -72,8 +72,11 @@ def program(plan: JobPlan, ranks: int, calibration: Calibration) -> Program:
 
 
 def fcs_parameters(settings: dict[str, str]) -> FcsParameters:
-    """[fcs] settings of a policy label (``fcs@f_priority=always``) over Table 2's constants."""
-    base = FcsParameters()
+    """[fcs] settings of a policy label (``fcs@f_priority=always``) over Table 2's constants.
+
+    A plain ``fcs`` keeps ``f_priority = "slot"``: the live runs it is set against (results/scenarios.json)
+    were made when that was storm's default, and the comparison must stay like for like."""
+    base = FcsParameters(f_priority="slot")
     typed: dict[str, object] = {}
     for key, value in settings.items():
         if not hasattr(base, key):
