@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,7 +64,10 @@ def polled(counters: RankCounters) -> int:
 class JobMonitor:
     """One job's ranks on this node: its hook segment and each rank's baseline."""
 
-    def __init__(self, segment: HookSegment, ranks: list[int]) -> None:
+    def __init__(
+        self, segment: HookSegment, ranks: list[int], clock: Callable[[], int] = time.monotonic_ns
+    ) -> None:
+        self.clock = clock  # CLOCK_MONOTONIC, the hook's clock; a simulator passes its own
         self.segment = segment
         self.ranks = ranks  # MPI rank of each record index
         self.pids: dict[int, int] = {}  # record index -> pid
@@ -110,7 +114,7 @@ class JobMonitor:
         with the start-up of their program.
         """
         fresh = self.segment.read_all()
-        self.sampled_ns = time.monotonic_ns()
+        self.sampled_ns = self.clock()
         began = [
             i for i, (new, old) in enumerate(zip(fresh, self.latest, strict=True))
             if new is not None and new.active and not (old is not None and old.active)
@@ -228,14 +232,15 @@ class Measurements(Protocol):
 class Monitor:
     """Every job of the node that runs under mpihook: :class:`Measurements` from its records and /proc."""
 
-    def __init__(self, processes: Processes, node: str) -> None:
+    def __init__(self, processes: Processes, node: str, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.clock = clock  # CLOCK_MONOTONIC, the hook's clock; a simulator passes its own
         self.os = processes
         self.node = node
         self.jobs: dict[int, JobMonitor] = {}
         self.spin_ns = 120_000  # T_spin for ranks told to spin-block (the MM's FCS parameters say)
 
     def add(self, job_id: int, segment: HookSegment, ranks: list[int]) -> None:
-        self.jobs[job_id] = JobMonitor(segment, ranks)
+        self.jobs[job_id] = JobMonitor(segment, ranks, self.clock)
 
     def create(self, job_id: int, name: str, ranks: list[int], uid: int, gid: int) -> bool:
         try:
@@ -277,7 +282,7 @@ class Monitor:
         job = self.jobs.get(job_id)
         if job is not None:
             job.pids = {job.ranks.index(rank): pid for rank, pid in pids.items() if rank in job.ranks}
-            now = time.monotonic_ns()
+            now = self.clock()
             for index in job.pids:
                 job.start_ns[index] = now
 
@@ -311,7 +316,7 @@ class Monitor:
         if job is not None:
             if running and not job.sampled_since_stop(index):
                 self._sample(job)  # continued without a heartbeat's sample since it was stopped
-            now = time.monotonic_ns()
+            now = self.clock()
             if running:
                 job.resume(index, now)
             else:
@@ -324,7 +329,7 @@ class Monitor:
         stat = self.os.schedstat(pid) if pid else None
         if job is None or stat is None:
             return None
-        return job.snapshot(index, stat, time.monotonic_ns())
+        return job.snapshot(index, stat, self.clock())
 
     def measure_rank(self, job_id: int, index: int) -> Measurement | None:
         """The rank's measurement since its last reset (reads its CPU time from the kernel)."""
@@ -346,7 +351,7 @@ class Monitor:
         if job is None:
             return []
         result = []
-        now_ns = time.monotonic_ns()  # the hook's clock too (CLOCK_MONOTONIC)
+        now_ns = self.clock()
         for index, rank in enumerate(job.ranks):
             pid = job.pids.get(index, 0)
             counters = job.latest[index]

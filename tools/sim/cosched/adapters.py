@@ -20,13 +20,11 @@ driver sets before it hands the node core a stimulus. Pure: no system call, no w
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import replace
 
-from storm.mm.protocol import RankStats
 from storm.mpihook.stats import ACTIVE, WAIT_SPINBLOCK, HookSegment, RankCounters
 from storm.nm.monitor import JobMonitor, Monitor
-from storm.nm.profile import Snapshot
 from storm.tools.sim.cosched.node import Control, CoschedModel, ProcessKey, WaitMode
 
 SENDRECV = 6  # record.h's storm_hook_call of MPI_Sendrecv, the BSP ring's call (mpihook/stats.py CALLS)
@@ -201,32 +199,19 @@ class ModelSegment(HookSegment):
         pass
 
 
-class SimJobMonitor(JobMonitor):
-    """nm/monitor.py's ``JobMonitor`` whose samples are stamped with the simulated clock."""
-
-    def __init__(self, segment: HookSegment, ranks: list[int], clock: Callable[[], int]) -> None:
-        super().__init__(segment, ranks)
-        self.clock = clock
-
-    def sample(self) -> list[int]:
-        began = super().sample()
-        self.sampled_ns = self.clock()  # the base class stamps the host's monotonic clock
-        return began
-
-
 class SimMonitor(Monitor):
     """nm/monitor.py's ``Monitor`` on :class:`ModelSegment` records and the simulated clock. The methods
-    overridden are those that read the host's clock or open shared memory; the rest is storm-nm's."""
+    overridden are those that open shared memory or read the kernel's boot clock; the rest is storm-nm's."""
 
     def __init__(self, processes: SimProcesses, node: str) -> None:
-        super().__init__(processes, node)
         self.table = processes.table
+        super().__init__(processes, node, clock=self._clock)
 
     def _clock(self) -> int:
         return self.table.now_ns
 
     def create(self, job_id: int, name: str, ranks: list[int], uid: int, gid: int) -> bool:
-        self.jobs[job_id] = SimJobMonitor(ModelSegment(name, job_id, ranks, self.table), ranks, self._clock)
+        self.jobs[job_id] = JobMonitor(ModelSegment(name, job_id, ranks, self.table), ranks, self._clock)
         for index in range(len(ranks)):
             self.jobs[job_id].segment.set_wait(index, 0, self.spin_ns)
         return True
@@ -238,45 +223,9 @@ class SimMonitor(Monitor):
         pass
 
     def started(self, job_id: int, pids: dict[int, int]) -> None:
+        super().started(job_id, pids)
         job = self.jobs.get(job_id)
-        if job is None:
-            return
-        job.pids = {job.ranks.index(rank): pid for rank, pid in pids.items() if rank in job.ranks}
-        segment = job.segment
-        assert isinstance(segment, ModelSegment)
-        segment.pids = dict(job.pids)
-        for index in job.pids:
-            job.start_ns[index] = self.table.now_ns
-
-    def switched(self, job_id: int, index: int, running: bool) -> None:
-        job = self.jobs.get(job_id)
-        if job is None:
-            return
-        if running and not job.sampled_since_stop(index):
-            self._sample(job)
-        if running:
-            job.resume(index, self.table.now_ns)
-        else:
-            job.pause(index, self.table.now_ns)
-
-    def snapshot(self, job_id: int, index: int) -> Snapshot | None:
-        job = self.jobs.get(job_id)
-        pid = None if job is None else job.pids.get(index)
-        stat = self.os.schedstat(pid) if pid else None
-        if job is None or stat is None:
-            return None
-        return job.snapshot(index, stat, self.table.now_ns)
-
-    def stats(self, job_id: int) -> list[RankStats]:
-        """storm-nm's, with the time in the current call on the simulated clock."""
-        result = super().stats(job_id)
-        job = self.jobs.get(job_id)
-        if job is None:
-            return result
-        fixed = []
-        for index, stats in enumerate(result):
-            counters = job.latest[index]
-            busy = stats.call and counters is not None
-            call_time = max(0, self.table.now_ns - counters.enter_ns) / 1e9 if busy and counters else 0.0
-            fixed.append(replace(stats, call_time=call_time))
-        return fixed
+        if job is not None:
+            segment = job.segment
+            assert isinstance(segment, ModelSegment)
+            segment.pids = dict(job.pids)
