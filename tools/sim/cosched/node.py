@@ -82,6 +82,26 @@ _PE, _ARRIVE, _SPIN, _CHECKPOINT = 0, 1, 2, 3
 _FIRST_CHUNK, _LAST_CHUNK = 16, 4096
 
 
+def credit(pe: _Pe, p: _Process, cpu: int) -> int:
+    """``p`` had ``cpu`` ns of its PE: what it spent them on, as its phase says; returns the ns used (a
+    computation or a wake-up uses no more than it still needs). Shared by fluid sharing and slices.py."""
+    c = p.counters
+    if p.phase is Phase.COMPUTE:
+        cpu = min(cpu, p.remaining)
+        p.remaining -= cpu
+        c.compute_ns += cpu
+        pe.busy += cpu
+    elif p.phase is Phase.WAKING:
+        cpu = min(cpu, p.remaining)
+        p.remaining -= cpu
+        c.wakeup_cpu_ns += cpu
+        pe.switch += cpu
+    else:
+        c.poll_ns += cpu
+        pe.spin += cpu
+    return cpu
+
+
 class CoschedModel:
     """PEs, the processes placed on them, and their progress, advanced event by event.
 
@@ -414,22 +434,8 @@ class CoschedModel:
             competing = []
             used = slices.sync(self, pe, eff)
         for p in competing:
-            cpu, p.carry = divmod(eff * p.weight + p.carry, total)
-            c = p.counters
-            if p.phase is Phase.COMPUTE:
-                cpu = min(cpu, p.remaining)
-                p.remaining -= cpu
-                c.compute_ns += cpu
-                pe.busy += cpu
-            elif p.phase is Phase.WAKING:
-                cpu = min(cpu, p.remaining)
-                p.remaining -= cpu
-                c.wakeup_cpu_ns += cpu
-                pe.switch += cpu
-            else:
-                c.poll_ns += cpu
-                pe.spin += cpu
-            used += cpu
+            share, p.carry = divmod(eff * p.weight + p.carry, total)
+            used += credit(pe, p, share)
         pe.idle += eff - used
         pe.synced_ns = now
 

@@ -70,27 +70,11 @@ def update_queue(model: CoschedModel, pe_index: int, now: int) -> None:
 def sync(model: CoschedModel, pe: _Pe, eff: int) -> int:
     """Give the running process ``eff`` ns of CPU (the PE's time since its last sync, switches excluded);
     return the CPU used. O(1)."""
+    from storm.tools.sim.cosched.node import credit
+
     if pe.running is None:
         return 0
-    p = model._processes[pe.running]
-    c = p.counters
-    from storm.tools.sim.cosched.records import Phase
-
-    if p.phase is Phase.COMPUTE:
-        cpu = min(eff, p.remaining)
-        p.remaining -= cpu
-        c.compute_ns += cpu
-        pe.busy += cpu
-    elif p.phase is Phase.WAKING:
-        cpu = min(eff, p.remaining)
-        p.remaining -= cpu
-        c.wakeup_cpu_ns += cpu
-        pe.switch += cpu
-    else:
-        cpu = eff
-        c.poll_ns += cpu
-        pe.spin += cpu
-    return cpu
+    return credit(pe, model._processes[pe.running], eff)
 
 
 def next_change(model: CoschedModel, pe: _Pe, now: int) -> int | None:
