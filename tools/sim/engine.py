@@ -172,6 +172,15 @@ def merged(machine: Machine) -> Machine:
     return Machine(nodes // groups[-1], pes * groups[-1])
 
 
+def kill_time(start: float, limit: float) -> float:
+    """The first representable instant at which a job started at ``start`` ran more than ``limit``: when
+    storm-mm's tick, which kills a job that ran *more* than its limit, first finds it over."""
+    kill = start + limit
+    while kill - start <= limit:
+        kill = math.nextafter(kill, math.inf)
+    return kill
+
+
 def mm_config(policy: str) -> MMConfig:
     """The MM's configuration for a simulated batch cluster under ``policy`` (a key of POLICIES)."""
     if policy not in POLICIES:
@@ -318,10 +327,7 @@ class Engine:
         job = self.workload.jobs[self.indices[mm_id]]
         heapq.heappush(self.heap, (now + job.runtime, END, mm_id))
         if job.runtime > job.limit:
-            kill = now + job.limit
-            while kill - now <= job.limit:  # the core kills when the job ran *more* than its limit
-                kill = math.nextafter(kill, math.inf)
-            heapq.heappush(self.heap, (kill, LIMIT, mm_id))
+            heapq.heappush(self.heap, (kill_time(now, job.limit), LIMIT, mm_id))
 
     # ------------------------------------------------------------------------------------------ results
 

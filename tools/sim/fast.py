@@ -40,6 +40,7 @@ from storm.tools.sim.engine import (
     Machine,
     Outcome,
     RunResult,
+    kill_time,
     merged,
     mm_config,
 )
@@ -140,7 +141,7 @@ class FastEngine:
         self.starts[index] = now
         heapq.heappush(self.heap, (now + job.runtime, END, index))
         if job.runtime > job.limit:
-            heapq.heappush(self.heap, (_kill_time(now, job.limit), LIMIT, index))
+            heapq.heappush(self.heap, (kill_time(now, job.limit), LIMIT, index))
 
     def _end(self, index: int, kind: int, now: float) -> bool:
         """Job ``index``'s runtime (END) or limit (LIMIT) is over: it ends, unless it ended already."""
@@ -171,11 +172,3 @@ class FastEngine:
                 raise InvariantError(f"job {job.number} of the trace never ended")
             outcomes.append(Outcome(job, i + 1, self.starts[i], self.ends[i], self.states[i]))
         return outcomes
-
-
-def _kill_time(start: float, limit: float) -> float:
-    """The first representable instant at which a job started at ``start`` ran more than ``limit``."""
-    kill = start + limit
-    while kill - start <= limit:
-        kill = math.nextafter(kill, math.inf)
-    return kill
