@@ -10,7 +10,7 @@ arrivals, context switches and wake-up costs, and counters read in the middle of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import given, settings
@@ -75,7 +75,7 @@ def cases(draw: st.DrawFn) -> Case:
     return Case(pes, costs, tuple(jobs), tuple(changes), reads)
 
 
-def run(case: Case, shortcut: bool) -> list[object]:
+def run(case: Case, shortcut: bool, jumped: list[int] | None = None) -> list[object]:
     model = CoschedModel(case.pes, case.costs, shortcut=shortcut)
     seen: list[object] = []
     actions: list[tuple[int, int, object]] = []
@@ -125,6 +125,8 @@ def run(case: Case, shortcut: bool) -> list[object]:
     seen.extend(model.counters(key) for key in sorted(model.keys()))
     seen.extend(model.pe_counters(pe) for pe in range(case.pes))
     seen.append(model.now)
+    if jumped is not None:
+        jumped.append(model.steps_jumped)
     return seen
 
 
@@ -201,3 +203,85 @@ def test_the_pe_of_a_rank_that_finished_idles_while_the_job_goes_on() -> None:
         counted.append(model.pe_counters(0))
     assert counted[0] == counted[1]
     assert counted[0].idle_ns == read - 17 * 100_000
+
+
+@st.composite
+def long_cases(draw: st.DrawFn) -> Case:
+    """Jobs long enough to settle into a period, alone or sliced gang-style: the periodic jump's cases."""
+    pes = draw(st.integers(1, 4))
+    costs = Costs(
+        switch_ns=draw(st.sampled_from([0, 30 * US])), wakeup_ns=draw(st.sampled_from([0, 70 * US]))
+    )
+    jobs = []
+    for _ in range(draw(st.integers(1, 2))):
+        ranks = draw(st.integers(1, 5))
+        program = Program(
+            tuple(draw(st.sampled_from([100 * US, 150 * US, 333 * US, 1000 * US])) for _ in range(ranks)),
+            draw(st.integers(100, 1500)),
+            draw(st.sampled_from(list(Pattern))),
+            draw(st.sampled_from([0, 20 * US, 120 * US])),
+        )
+        placement = tuple(r % pes for r in range(ranks))
+        jobs.append((draw(st.sampled_from([0, 1 * US])), program, placement, draw(controls())))
+    jobs.sort(key=lambda j: j[0])
+    changes = sorted(
+        (
+            (
+                draw(st.integers(0, 400)) * 1000 * US // 3,
+                draw(st.integers(0, len(jobs) - 1)),
+                draw(controls()),
+            )
+            for _ in range(draw(st.integers(0, 6)))
+        ),
+        key=lambda c: (c[0], c[1]),
+    )
+    reads = tuple(sorted(draw(st.lists(st.integers(0, 200_000 * US), max_size=3))))
+    return Case(pes, costs, tuple(jobs), tuple(changes), reads)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(long_cases())
+def test_jobs_that_repeat_themselves_jump_to_exactly_where_steps_would_take_them(case: Case) -> None:
+    assert run(case, shortcut=True) == run(case, shortcut=False)
+
+
+@pytest.mark.parametrize(
+    ("compute", "pattern", "control"),
+    [
+        ((333 * US, 1000 * US, 333 * US, 1000 * US), Pattern.RING, Control()),
+        ((333 * US, 1000 * US, 150 * US), Pattern.RING, Control(wait=WaitMode.SPIN_BLOCK, spin_ns=120 * US)),
+        ((100 * US, 150 * US, 1000 * US, 333 * US, 100 * US), Pattern.ALLREDUCE, Control()),
+        ((1000 * US, 150 * US), Pattern.ALLREDUCE, Control(wait=WaitMode.SPIN_BLOCK, spin_ns=50 * US)),
+        ((150 * US, 333 * US), Pattern.NONE, Control()),
+    ],
+)
+def test_imbalanced_jobs_jump_between_gang_slices_exactly(
+    compute: tuple[int, ...], pattern: Pattern, control: Control
+) -> None:
+    """An imbalanced job alone, stopped and continued every 100 ms as gang slices do, with switch and
+    wake-up costs: the same as the event path to the nanosecond, and most of its iterations jumped."""
+    ranks = len(compute)
+    program = Program(compute, 3000, pattern, 20 * US)
+    changes = tuple((n * 100_000 * US, 0, replace(control, stopped=n % 3 == 2)) for n in range(1, 60))
+    case = Case(
+        ranks,
+        Costs(switch_ns=30 * US, wakeup_ns=70 * US),
+        ((0, program, tuple(range(ranks)), control),),
+        changes,
+        (150_000 * US,),
+    )
+    jumped: list[int] = []
+    assert run(case, shortcut=True, jumped=jumped) == run(case, shortcut=False)
+    assert jumped[0] > 3000 // 2
+
+
+def test_a_long_balanced_ring_alone_costs_a_few_walked_steps() -> None:
+    """100,000 iterations of an 8-rank ring alone: the walk finds the period and jumps, exactly."""
+    program = Program.balanced(8, 1_000 * US, 100_000, Pattern.RING, latency_ns=5 * US)
+    model = CoschedModel(8, Costs(), shortcut=True)
+    model.add_job(0, 0, program, list(range(8)))
+    model.run_until_done(LIMIT)
+    assert model.completion_ns(0) == program.dedicated_ns() == 100_000 * 1_005 * US
+    assert model.counters((0, 3)).iterations == 100_000
+    assert model.counters((0, 3)).compute_ns == 100_000 * 1_000 * US
+    assert model.steps_jumped > 99_000

@@ -124,6 +124,7 @@ class CoschedModel:
         self._dirty: set[int] = set()  # PEs where a job may have become alone
         self.shortcut = shortcut
         self.events_run = 0
+        self.steps_jumped = 0  # iterations of jobs alone the shortcut skipped by whole periods (shortcut.py)
 
     # -- what the driver calls --------------------------------------------------------------------------
 
@@ -322,6 +323,13 @@ class CoschedModel:
         from storm.tools.sim.cosched.shortcut import advance_alone
 
         target = job.fast_ns + job.chunk_ns
+        earliest = job.fast_ns + self._compute_left(job)
+        if earliest > target:
+            # It cannot end before every rank computed what it has left: no look-ahead till then, which
+            # a gang slice usually ends first (the walk to the slice's end is then the only one).
+            job.pending = None
+            self._push(earliest, _CHECKPOINT, self._job_id(job), job.epoch)
+            return
         finished, apply = advance_alone(self, job, target)
         if finished is not None:
             target = finished
@@ -330,6 +338,18 @@ class CoschedModel:
         job.chunk_ns = min(2 * job.chunk_ns, last)
         job.pending = (target, apply)
         self._push(target, _CHECKPOINT, self._job_id(job), job.epoch)
+
+    def _compute_left(self, job: _Job) -> int:
+        """The most CPU time any rank of ``job`` still needs for its computation. O(n)."""
+        iterations = job.program.iterations
+        most = 0
+        for index in job.processes:
+            p = self._processes[index]
+            if p.phase is Phase.DONE:
+                continue
+            left = (iterations - p.step - 1) * p.compute_ns + (p.remaining if p.phase is Phase.COMPUTE else 0)
+            most = max(most, left)
+        return most
 
     def _job_id(self, job: _Job) -> int:
         return self._processes[job.processes[0]].job

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 
 
 class Pattern(Enum):
@@ -73,6 +74,12 @@ class Program:
         if n == 1:
             return ()
         return tuple(sorted({(rank - 1) % n, (rank + 1) % n}))
+
+    @cached_property
+    def partner_table(self) -> tuple[tuple[int, ...], ...]:
+        """:meth:`partners` of every rank, computed once per program: the node model's shortcut reads it on
+        every walk, and an all-reduce's table is O(ranks^2)."""
+        return tuple(self.partners(r) for r in range(self.ranks))
 
     def dedicated_ns(self) -> int:
         """The runtime with every rank alone on its own PE, polling, at no cost (the recurrence above with

@@ -31,12 +31,15 @@ if TYPE_CHECKING:
 
 # Per-rank states of the walk; the event path's phases map onto them (BLOCKED is a call whose spin ran out).
 _COMPUTE, _CALL, _WAKING, _DONE = 0, 1, 2, 3
+# The periodic jump: periods of up to this many steps are found; a rank's last leaves are kept for that and
+# for ranks a few steps ahead of the slowest; failed checks are spaced out up to this many pivot steps.
+_MAX_PERIOD, _HISTORY, _MAX_BACKOFF = 4, 12, 16
 
 
 # One long function on purpose: the walk's state lives in local lists of one frame, which is what makes a
 # rank-step cost about a microsecond in plain Python; helpers taking the state as arguments cost twice that.
 def advance_alone(  # noqa: PLR0915
-    model: CoschedModel, job: _Job, t1: int
+    model: CoschedModel, job: _Job, t1: int, periodic: bool = True
 ) -> tuple[int | None, Callable[[], None]]:
     """Walk ``job`` (alone, its state at ``job.fast_ns``) to ``t1``, every change due at ``t1`` included.
     Return when its last rank finished if that is at or before ``t1`` (else None), and a function that
@@ -52,7 +55,7 @@ def advance_alone(  # noqa: PLR0915
     wakeup = model.costs.wakeup_ns
     communicates = program.communicates
     allreduce = program.pattern is Pattern.ALLREDUCE and n > 1
-    partners = [program.partners(r) for r in range(n)]
+    partners = program.partner_table
     procs = [model._processes[i] for i in job.processes]
     compute = [p.compute_ns for p in procs]
     sb_of = [p.control.wait is WaitMode.SPIN_BLOCK for p in procs]
@@ -122,6 +125,13 @@ def advance_alone(  # noqa: PLR0915
                 d_block[r] += at - deadline[r]
         exit_at[r] = at
         next_iteration(r, at)
+        if periodic:
+            times[r].append(at)
+            snaps[r].append(tuple(totals[r] for totals in deltas))
+            if r == pivot:
+                countdown[0] -= 1
+                if countdown[0] <= 0:
+                    jump()
 
     def next_iteration(r: int, at: int) -> None:
         d_iter[r] += 1
@@ -136,6 +146,71 @@ def advance_alone(  # noqa: PLR0915
             if at < t1:
                 gap[r] = True
 
+    # The periodic jump. The walk is a function of the leave-time vector L_k (every rank's return from
+    # step k) that commutes with a shift of time: what follows L_k + d is what follows L_k, d later. So
+    # once L_K = L_{K-q} + lam for every rank, the job repeats itself every q steps and lam ns, counters
+    # included, until its last iteration; the walk moves every rank m such periods at once, in O(n).
+    pivot = 0
+    times: list[deque[int]] = [deque(maxlen=_HISTORY) for _ in range(n)]
+    snaps: list[deque[tuple[int, ...]]] = [deque(maxlen=_HISTORY) for _ in range(n)]
+    countdown = [_MAX_PERIOD + 1]
+    backoff = [1]
+    jumped = [0]  # steps moved by jumps, for the model's count once the walk is applied
+    deltas = (d_compute, d_poll, d_wake, d_blocked, d_events, d_comm, d_spin, d_block, d_wakeups, d_iter)
+
+    def jump() -> None:
+        """If the last steps every rank left repeat, move the whole job ahead by as many periods as fit
+        before ``t1`` and before its last iteration. O(n x q) a check, checks spaced out while they fail."""
+        countdown[0] = backoff[0]
+        backoff[0] = min(2 * backoff[0], _MAX_BACKOFF)
+        if _DONE in state:
+            return
+        k = min(step) - 1  # the last step every rank has left
+        q, lam = _period(times, step, k)
+        if not q:
+            return
+        last_event = max(enter[r] if state[r] == _CALL else since[r] for r in range(n))
+        m = min((t1 - last_event) // lam, (iterations - 1 - max(step)) // q)
+        if m < 1:
+            return
+        shift, steps = m * lam, m * q
+        flip = steps % 2 == 1
+        for r in range(n):
+            back = step[r] - 1 - k
+            now_d, then_d = snaps[r][-1 - back], snaps[r][-1 - back - q]
+            for totals, now_v, then_v in zip(deltas, now_d, then_d, strict=True):
+                totals[r] += m * (now_v - then_v)
+            step[r] += steps
+            entered[r] += steps
+            nxt[r] += shift
+            since[r] += shift
+            enter[r] += shift
+            exit_at[r] += shift
+            if sb_of[r]:
+                deadline[r] += shift  # a polling rank never set it in this walk: it stays as it was
+            got = ready[r]
+            if got is not None:
+                ready[r] = got + shift
+            even, odd = enter_at[r]
+            enter_at[r] = [odd + shift, even + shift] if flip else [even + shift, odd + shift]
+            times[r].clear()
+            snaps[r].clear()
+            if not queued[r]:
+                queued[r] = True
+                work.append(r)
+        if allreduce:
+            if flip:
+                arrived.reverse()
+                last_arrival.reverse()
+                ar_ready.reverse()
+            for slot in (0, 1):
+                ar_ready[slot] += shift
+                if arrived[slot]:
+                    last_arrival[slot] += shift
+        countdown[0] = _MAX_PERIOD + 1
+        backoff[0] = 1
+        jumped[0] += steps
+
     work = deque(range(n))
     queued = [True] * n
     while work:
@@ -147,10 +222,21 @@ def advance_alone(  # noqa: PLR0915
                 at = nxt[r]
                 if at > t1:
                     break
-                d_compute[r] += at - since[r]
                 if not communicates:
+                    # No partners: the iterations that end before t1, but the last, end at once.
+                    c = compute[r]
+                    j = min((t1 - at) // c, iterations - 1 - step[r]) if c > 0 and periodic else 0
+                    if j > 0:
+                        d_compute[r] += at - since[r] + (j - 1) * c
+                        d_iter[r] += j
+                        step[r] += j
+                        since[r], nxt[r] = at + (j - 1) * c, at + j * c
+                        jumped[0] += j
+                        continue
+                    d_compute[r] += at - since[r]
                     next_iteration(r, at)
                     continue
+                d_compute[r] += at - since[r]
                 k = step[r]
                 state[r], enter[r], sb[r], ready[r] = _CALL, at, sb_of[r], None
                 if sb[r]:
@@ -303,5 +389,26 @@ def advance_alone(  # noqa: PLR0915
         if finished is not None:
             job.completion_ns = finished
         job.fast_ns = t1
+        model.steps_jumped += jumped[0]
 
     return finished, write_back
+
+
+def _period(times: list[deque[int]], step: list[int], k: int) -> tuple[int, int]:
+    """The shortest q <= _MAX_PERIOD with L_k - L_{k-q} the same lam > 0 for every rank, as (q, lam);
+    (0, 0) if none. ``times[r]`` ends with rank r's leave of step ``step[r] - 1``. O(n x q)."""
+    for q in range(1, _MAX_PERIOD + 1):
+        lam = -1
+        for r, hist in enumerate(times):
+            back = step[r] - 1 - k
+            if back + q >= len(hist):
+                return 0, 0  # too little history for this q, so for longer ones too
+            d = hist[-1 - back] - hist[-1 - back - q]
+            if lam == -1:
+                lam = d
+            elif d != lam:
+                break
+        else:
+            if lam > 0:
+                return q, lam
+    return 0, 0
