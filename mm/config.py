@@ -130,6 +130,7 @@ class FcsConfig:
     f_thresh: float = 0.0  # 0: Table 2's, derived from cs_thresh (protocol.default_f_thresh)
     tslots_max: int = FcsParameters.tslots_max
     f_priority: str = FcsParameters.f_priority
+    background_nice: int = FcsParameters.background_nice
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +164,7 @@ class StormConfig:
             f_thresh=fcs.f_thresh or default_f_thresh(fcs.cs_thresh),
             tslots_max=fcs.tslots_max,
             f_priority=fcs.f_priority,
+            background_nice=fcs.background_nice,
         )
 
     def node_cpus(self) -> list[int]:

@@ -366,9 +366,13 @@ class FcsParameters:
     # complementing workload from about 0.84 to 0.76 of gang's, and costs at most 0.008 elsewhere
     # (results/scenarios-f-priority.md, results/sim-scenarios.md).
     f_priority: str = "always"
+    # The nice value of the processes that share a PE with a prioritized F process while it runs: how
+    # strongly F comes first (the paper says only "prioritise"; nice 10 leaves the others about a tenth).
+    background_nice: int = 10
 
     def __post_init__(self) -> None:
         _check(self.f_priority in ("slot", "always"), "f_priority must be 'slot' or 'always'")
+        _check(0 <= self.background_nice <= 19, "background_nice must be in [0, 19]")
         _check(
             0 < self.f_thresh <= self.cs_thresh < self.dc_thresh, "need 0 < f_thresh <= cs_thresh < dc_thresh"
         )

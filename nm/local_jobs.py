@@ -439,7 +439,7 @@ class LocalJobs:
             # next heartbeat; until then everything runs, as when heartbeats stop.
             self.os.signal_group(pid, signal.SIGCONT)
             self.os.set_nice(pid, 0)
-            # The old NM may have left the session's autogroup at BACKGROUND_NICE; the new switcher takes
+            # The old NM may have left the session's autogroup at the background nice; the new switcher takes
             # it for 0 (ContextSwitcher.group_nice), so it would never set it back.
             self.os.set_group_nice(pid, 0)
         if record.get("ranks"):

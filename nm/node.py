@@ -229,6 +229,7 @@ class Node:
         policy = p.Policy(msg.policy)  # decoding checked it
         self.following.policy, self.following.fcs = policy, msg.fcs
         self.switcher.policy, self.switcher.f_priority = policy, msg.fcs.f_priority
+        self.switcher.background_nice = msg.fcs.background_nice
         self.local.spin_blocking = policy.spin_block
         self.classifier.constants = msg.fcs
         self.monitor.spin_ns = int(msg.fcs.spin * 1e9)

@@ -29,7 +29,6 @@ from storm.nm.processes import Processes
 log = logging.getLogger("storm.nm")
 
 SAMPLES = 1000
-BACKGROUND_NICE = 10  # DC and F processes sharing a PE with an F process whose slot it is
 
 Key = tuple[int, int]  # (job id, rank)
 
@@ -112,6 +111,8 @@ class ContextSwitcher:
         self.followers: dict[int, Follower] = {}  # pid -> a spawned process
         self.classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)
         self.f_priority = FcsParameters.f_priority  # FCS: which F processes have priority (the MM says)
+        # FCS: the nice of the processes sharing a PE with a prioritized F process (the MM says)
+        self.background_nice = FcsParameters.background_nice
         self.group_nice: dict[int, int] = {}  # job -> the nice of its ranks' autogroup on this node
         self.active: int | None = None
         self.durations: deque[float] = deque(maxlen=SAMPLES)  # seconds from arrival to effect
@@ -221,7 +222,8 @@ class ContextSwitcher:
             if decision.spin_block != unit.spin_block and self.set_wait is not None:
                 self.set_wait(unit.job_id, unit.index, decision.spin_block)
                 unit.spin_block = decision.spin_block
-            nice = BACKGROUND_NICE if unit.pe in favoured and decision.run and not decision.prioritized else 0
+            yields = unit.pe in favoured and decision.run and not decision.prioritized
+            nice = self.background_nice if yields else 0
             if nice != unit.nice and unit.pid:
                 self.os.set_nice(unit.pid, nice)
                 unit.nice = nice

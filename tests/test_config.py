@@ -305,6 +305,12 @@ def test_the_example_configuration_names_every_setting_with_its_default() -> Non
     assert (loaded.cluster.name, loaded.nm.mm) == ("cluster", "tcp://mm-host:6817")
 
 
+def test_background_nice_reaches_the_nodes_parameters(tmp_path: Path) -> None:
+    assert load(write(tmp_path, "[fcs]\nbackground_nice = 5\n")).fcs_parameters().background_nice == 5
+    with pytest.raises(ConfigError, match=r"^fcs: .*background_nice"):
+        load(write(tmp_path, "[fcs]\nbackground_nice = 20\n"))
+
+
 def test_a_bad_f_priority_is_a_config_error_not_a_crash(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^fcs: .*f_priority"):
         load(write(tmp_path, '[fcs]\nf_priority = "sometimes"\n'))

@@ -9,11 +9,13 @@ import sys
 
 import pytest
 
-from storm.mm.protocol import Policy
+from storm.mm.protocol import FcsParameters, Policy
 from storm.nm.fcs import Klass
 from storm.nm.processes import LinuxProcesses
-from storm.nm.switcher import BACKGROUND_NICE, ContextSwitcher
+from storm.nm.switcher import ContextSwitcher
 from tests.fakes import FakeProcesses
+
+BACKGROUND_NICE = FcsParameters.background_nice
 
 
 def node(policy: str) -> tuple[ContextSwitcher, FakeProcesses, list[tuple[int, int, bool]]]:
@@ -128,3 +130,15 @@ def test_a_job_starting_beside_an_f_process_with_priority_yields_at_once() -> No
     switcher.started(2, {0: 200})
     assert fake.nice == {200: BACKGROUND_NICE} and fake.group_nice == {200: BACKGROUND_NICE}
     assert 200 not in fake.stopped
+
+
+def test_the_background_nice_is_the_one_the_mm_sets() -> None:
+    """[fcs] background_nice: what a process sharing a PE with a prioritized F process gets."""
+    switcher, fake, _ = node("fcs")
+    switcher.background_nice = 5
+    switcher.started(1, {0: 100})
+    switcher.started(2, {0: 200})
+    switcher.classes[(1, 0)] = Klass.F
+    switcher.classes[(2, 0)] = Klass.DC
+    run(switcher, fake, 0)
+    assert fake.nice == {200: 5} and fake.group_nice == {200: 5}
