@@ -127,7 +127,20 @@ def advance_alone(  # noqa: PLR0915
         next_iteration(r, at)
         if periodic:
             times[r].append(at)
-            snaps[r].append(tuple(totals[r] for totals in deltas))
+            snaps[r].append(
+                (
+                    d_compute[r],
+                    d_poll[r],
+                    d_wake[r],
+                    d_blocked[r],
+                    d_events[r],
+                    d_comm[r],
+                    d_spin[r],
+                    d_block[r],
+                    d_wakeups[r],
+                    d_iter[r],
+                )
+            )  # fmt: skip  (in the order of ``deltas``)
             if r == pivot:
                 countdown[0] -= 1
                 if countdown[0] <= 0:
@@ -269,8 +282,16 @@ def advance_alone(  # noqa: PLR0915
                             got = ar_ready[k % 2]
                     elif not partners[r]:
                         got = e
-                    elif all(entered[q] > k for q in partners[r]):
-                        got = max(enter_at[q][k % 2] for q in partners[r]) + latency
+                    else:
+                        # Every partner entered step k: its message is in at the last entry + latency.
+                        latest = -1
+                        for q in partners[r]:
+                            if entered[q] <= k:
+                                latest = -1
+                                break
+                            latest = max(latest, enter_at[q][k % 2])
+                        if latest >= 0:
+                            got = latest + latency
                     ready[r] = got
                 if got is None or got > t1:
                     break  # waiting at t1: the freeze below sorts out its phase
