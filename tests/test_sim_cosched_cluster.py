@@ -3,7 +3,9 @@ storm-nm's own cores over the node model. Small programs, a few simulated second
 
 from __future__ import annotations
 
+import json
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from storm.tools.sim.cosched.cluster import NS, ClusterResult, CoschedCluster, S
 from storm.tools.sim.cosched.node import RUNNABLE, CoschedModel, Costs
 from storm.tools.sim.cosched.program import Program
 from storm.tools.sim.cosched.scenarios import Calibration, program
+from storm.tools.sim.cosched.scenarios import main as scenarios_main
 
 MS = 1_000_000
 COSTS = Costs(switch_ns=1 * MS, wakeup_ns=20_000)
@@ -152,3 +155,19 @@ def test_a_bsp_plan_becomes_the_program_of_its_options() -> None:
     assert prog.latency_ns == 4_000 and prog.pattern.value == "ring"
     quiet = build("complementing", 1.0, 2, 1).jobs[0]  # --pattern none --imbalance 0 --slow 1
     assert program(quiet, 2, cal).compute_ns == (1_050_000, 0)
+
+
+def test_scenarios_of_other_blocks_than_the_live_runs_are_not_set_against_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`storm sim scenarios --length 0.5` beside live runs of 10 s blocks: no live column, no gap."""
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps({"parameters": {"length": 10.0}, "unit": 10.57, "summary": {}}))
+    out = tmp_path / "sim.md"
+    argv = ["--scenarios", "balanced", "--policies", "batch,gang", "--length", "0.5", "--live", str(live)]
+    assert scenarios_main([*argv, "--markdown", str(out)]) == 0
+    text = out.read_text()
+    assert "no live run to compare" in text and "Worst" not in text and "nan" not in text
+    assert "other building blocks than 0.5 s" in capsys.readouterr().err
+    row = next(line for line in text.splitlines() if line.startswith("| gang |"))
+    assert row.split("|")[3].strip() == "-"  # live jobs

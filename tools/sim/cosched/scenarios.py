@@ -180,14 +180,19 @@ def markdown(result: Json) -> str:
     cal = given["calibration"]
     slice_ms = cal.get("slice_ns", 0) / 1e6
     local = f"{slice_ms:g} ms round-robin slices" if slice_ms else "fluid sharing"
+    live_unit = f" (live {result['live_unit']:.2f} s)" if result["live_unit"] else " (no live run to compare)"
     lines = [
         f"Simulated building block ({given['length']:g} s of computation) alone under batch: "
-        f"{result['unit']:.2f} s (live {result['live_unit'] or float('nan'):.2f} s). 2 nodes x 1 PE, MPL 3, "
+        f"{result['unit']:.2f} s{live_unit}. 2 nodes x 1 PE, MPL 3, "
         f"100 ms slices. Costs: context switch {cal['switch_ns'] / 1e6:g} ms, wake-up "
         f"{cal['wakeup_ns'] / 1e3:g} us, ring step latency {cal['latency_ns'] / 1e3:g} us, CPU per iteration "
         f"outside the burner {cal['overhead_ns'] / 1e3:g} us, local scheduler "
-        f"{local}. Worst |simulated - live| turnaround / gang: "
-        f"{worst_gap(result):.3f}.",
+        f"{local}."
+        + (
+            f" Worst |simulated - live| turnaround / gang: {worst_gap(result):.3f}."
+            if result["live_unit"]
+            else ""
+        ),
         "",
     ]
     for name, rows in result["summary"].items():
@@ -210,10 +215,11 @@ def markdown(result: Json) -> str:
             def f(x: float | None) -> str:
                 return "-" if x is None else f"{x:.3f}"
 
+            live_turnaround = f"{live['turnaround']:.1f}" if live else "-"
+            live_response = f"{live['mean_response']:.1f}" if live else "-"
             lines.append(
-                f"| {label} | {sim_jobs} | {live_jobs} | {row['turnaround']:.1f} / "
-                f"{live['turnaround'] if live else float('nan'):.1f} | {row['mean_response']:.1f} / "
-                f"{live['mean_response'] if live else float('nan'):.1f} | {f(ratio)} | {f(live_ratio)} | "
+                f"| {label} | {sim_jobs} | {live_jobs} | {row['turnaround']:.1f} / {live_turnaround} | "
+                f"{row['mean_response']:.1f} / {live_response} | {f(ratio)} | {f(live_ratio)} | "
                 f"{f(paper_ratio)} | {f(gap)} |"
             )
         lines.append("")
@@ -245,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         slice_ns=round(args.slice_ms * 1e6),
     )  # fmt: skip
     live = json.loads(args.live.read_text()) if args.live and args.live.exists() else None
+    if live is not None and live.get("parameters", {}).get("length") != args.length:
+        # Another experiment: its ratios are not what this one should match.
+        print(f"{args.live}: other building blocks than {args.length:g} s; not compared", file=sys.stderr)
+        live = None
     result = run(args.scenarios.split(","), args.policies.split(","), calibration, args.length, live)
     text = markdown(result)
     if args.json:
