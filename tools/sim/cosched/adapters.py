@@ -130,7 +130,7 @@ class SimProcesses:
         key = self.table.keys.get(pid)
         if key is None:
             return None
-        c = self.table.model.counters(key)
+        c = self.table.model.reading(key)
         alive = self.table.now_ns - self.table.started_ns[key]
         return c.cpu_ns, max(0, alive - c.cpu_ns - c.stopped_ns - c.blocked_ns)
 
@@ -167,7 +167,7 @@ class ModelSegment(HookSegment):
             if key not in self.table.controls:
                 out.append(None)  # not started: the hook has not written its record yet
                 continue
-            c = self.table.model.counters(key)
+            c = self.table.model.reading(key)
             out.append(
                 RankCounters(
                     pid=self.pids.get(index, 0), rank=rank, flags=ACTIVE, in_call=c.in_call, calls=c.calls,
