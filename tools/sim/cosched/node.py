@@ -7,6 +7,7 @@ Every process (one rank of a job, pinned to one PE) is, at any instant, in one p
 - blocked: the spin phase of spin-block ran out (``spin_ns`` of wall time after the call began) before the
   message came; it uses no CPU until the message arrives, then needs ``Costs.wakeup_ns`` of CPU before its
   call returns;
+- in I/O (``Program.io_ns`` after each computation): no CPU, not runnable, for that much wall time;
 - done, once it finished its iterations.
 
 The outside (the node manager's core, through the simulator's driver) says per process whether it is
@@ -45,6 +46,7 @@ from storm.tools.sim.cosched.program import Pattern, Program
 from storm.tools.sim.cosched.records import (
     NICE_WEIGHTS,
     NO_COSTS,
+    ON_CPU,
     RUNNABLE,
     Control,
     Costs,
@@ -291,6 +293,9 @@ class CoschedModel:
     def _is_alone(self, job: _Job, now: int) -> bool:
         if job.alone or job.completion_ns is not None:
             return False
+        # shortcut.py's recurrence knows no I/O phase: such jobs run event by event.
+        if job.program.io_ns:
+            return False
         for index in job.processes:
             p = self._processes[index]
             if p.phase is Phase.DONE:
@@ -391,12 +396,8 @@ class CoschedModel:
 
     def _competing(self, pe: _Pe) -> list[_Process]:
         """The processes the local scheduler shares the PE among."""
-        found = []
-        for index in pe.processes:
-            p = self._processes[index]
-            if not p.control.stopped and p.phase in (Phase.COMPUTE, Phase.WAIT, Phase.WAKING):
-                found.append(p)
-        return found
+        here = (self._processes[index] for index in pe.processes)
+        return [p for p in here if not p.control.stopped and p.phase in ON_CPU]
 
     def _sync(self, pe_index: int, now: int) -> None:
         """Bring the PE's processes from its last sync to ``now`` at constant rates. O(n).
@@ -430,6 +431,8 @@ class CoschedModel:
                 c.stopped_ns += dt
             elif p.phase is Phase.BLOCKED:
                 c.blocked_ns += dt
+            elif p.phase is Phase.IO:
+                c.io_ns += dt
         if self.costs.slice_ns:
             competing = []
             used = slices.sync(self, pe, eff)
@@ -506,10 +509,22 @@ class CoschedModel:
                 if p.remaining > 0 or not self._on_cpu(p):
                     return
                 self._return(p, now)
+            elif p.phase is Phase.IO:
+                if p.control.stopped or p.io_until > now:
+                    return
+                self._enter_call(p, now)
             else:
                 return
 
     def _end_computation(self, p: _Process, now: int) -> None:
+        io = self._jobs[p.job].program.io_ns
+        if io:
+            p.phase, p.io_until = Phase.IO, now + io
+            self._push(p.io_until, _SPIN, p.index, p.step)  # a timer of its own, as a spin's end is
+            return
+        self._enter_call(p, now)
+
+    def _enter_call(self, p: _Process, now: int) -> None:
         job = self._jobs[p.job]
         if not job.program.communicates:
             self._next_iteration(p, job, now)

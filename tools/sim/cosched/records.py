@@ -77,6 +77,7 @@ class ProcessCounters:
     spin_ns: int = 0  # of comm_ns, spin phases of spin-block calls
     block_ns: int = 0  # of comm_ns, from blocking to return, the wake-up included
     wakeups: int = 0  # calls that blocked and were woken by their message
+    io_ns: int = 0  # wall time in I/O (Program.io_ns) and not stopped
     iterations: int = 0
     in_call: bool = False
     enter_ns: int = 0  # when the last call began
@@ -104,7 +105,11 @@ class Phase(Enum):
     WAIT = "wait"  # in a call, on the CPU (polling or spinning)
     BLOCKED = "blocked"
     WAKING = "waking"
+    IO = "io"  # in the iteration's I/O (Program.io_ns): no CPU, not runnable, until ``io_until``
     DONE = "done"
+
+
+ON_CPU = (Phase.COMPUTE, Phase.WAIT, Phase.WAKING)  # the phases that need (or use) the CPU
 
 
 @dataclass
@@ -124,6 +129,7 @@ class _Process:
     spin_deadline: int = 0
     block_from: int | None = None
     ready_ns: int | None = None  # when the current step's messages are all in, once known
+    io_until: int = 0
     counters: ProcessCounters = field(default_factory=ProcessCounters)
 
 
