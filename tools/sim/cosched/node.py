@@ -19,7 +19,8 @@ not blocked or done, in proportion to the weights of their nice values (Linux's 
 takes its share as a computing process does. Whenever the outside changes which processes of a PE may run,
 the PE pays a context switch (``Costs.switch_ns``) during which nobody progresses. The fluid model ignores
 CFS's slices of a few milliseconds: a polling process notices its message at once even while it shares the
-PE. That is what makes the model analytic. ``Costs.slice_ns`` replaces it by round-robin slices (slices.py).
+PE. That is what makes the model analytic. ``Costs.slice_ns`` replaces it by round-robin slices (slices.py),
+on which ``Costs.local`` builds ClusterSchedSim's switch costs and dynamic coscheduling (local.py).
 
 The model is event driven: between two events nothing changes, so every process's progress is a rate times
 the time elapsed. Events are the instants where something changes: a computation or a wake-up ends (it
@@ -41,7 +42,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from storm.tools.sim.cosched import slices
+from storm.tools.sim.cosched import local, slices
 from storm.tools.sim.cosched.program import Pattern, Program
 from storm.tools.sim.cosched.records import (
     NICE_WEIGHTS,
@@ -50,10 +51,12 @@ from storm.tools.sim.cosched.records import (
     RUNNABLE,
     Control,
     Costs,
+    Local,
     PeCounters,
     Phase,
     ProcessCounters,
     ProcessKey,
+    Reschedule,
     WaitMode,
     _Job,
     _Pe,
@@ -69,10 +72,12 @@ __all__ = [
     "Control",
     "CoschedModel",
     "Costs",
+    "Local",
     "PeCounters",
     "Phase",
     "ProcessCounters",
     "ProcessKey",
+    "Reschedule",
     "WaitMode",
     "nice_weight",
 ]
@@ -177,7 +182,7 @@ class CoschedModel:
             and process.phase is not Phase.DONE
             and any(not self._processes[i].control.stopped for i in pe.processes if self._alive(i))
         ):
-            pe.switch_until = now + self.costs.switch_ns
+            pe.switch_until = max(pe.switch_until, now + self.costs.switch_ns)  # local.py's may be later
         if not control.stopped:
             self._progress(process, now)
         self._reschedule(process.pe, now)
@@ -213,6 +218,8 @@ class CoschedModel:
                 process = self._processes[a]
                 self._sync(process.pe, time)
                 self._progress(process, time)
+                if kind == _ARRIVE:
+                    local.arrived(self, process, time)
                 self._reschedule(process.pe, time)
             if self._dirty and (not heap or heap[0][0] > time):
                 self._go_alone(time)  # once every event of the instant has run
@@ -243,7 +250,7 @@ class CoschedModel:
     def pe_counters(self, pe: int) -> PeCounters:
         p = self._pes[pe]
         self._catch_up(p.owner)
-        return PeCounters(p.busy, p.spin, p.switch, p.idle)
+        return PeCounters(p.busy, p.spin, p.switch, p.idle, p.interrupt, p.switches, p.interrupts)
 
     def completion_ns(self, job_id: int) -> int | None:
         """When the job's last rank finished its iterations; None while it runs."""
@@ -293,8 +300,8 @@ class CoschedModel:
     def _is_alone(self, job: _Job, now: int) -> bool:
         if job.alone or job.completion_ns is not None:
             return False
-        # shortcut.py's recurrence knows no I/O phase: such jobs run event by event.
-        if job.program.io_ns:
+        # shortcut.py's recurrence knows no I/O phase and no local scheduler (local.py says when it holds).
+        if job.program.io_ns or not local.shortcut_safe(self, job):
             return False
         for index in job.processes:
             p = self._processes[index]
@@ -386,10 +393,10 @@ class CoschedModel:
 
     # -- the model ---------------------------------------------------------------------------------------
 
-    def _on_cpu(self, p: _Process) -> bool:
+    def _on_cpu(self, p: _Process, now: int) -> bool:
         """Whether ``p`` may see what happened: always when the PE is shared fluidly, only while it runs
         under slices."""
-        return not self.costs.slice_ns or self._pes[p.pe].running == p.index
+        return not self.costs.slice_ns or slices.on_cpu(self, p, now)
 
     def _alive(self, index: int) -> bool:
         return self._processes[index].phase is not Phase.DONE
@@ -483,7 +490,7 @@ class CoschedModel:
                 if p.control.stopped:
                     return
                 if p.ready_ns is not None and p.ready_ns <= now:
-                    if not self._on_cpu(p):
+                    if not self._on_cpu(p, now):
                         # Under slices: its message is in, and the test it makes when it next runs finds it
                         # before it looks at the clock, so it does not block, however late that is (and
                         # blocking here would turn straight back into this wait: a loop at one instant).
@@ -506,7 +513,7 @@ class CoschedModel:
                 p.remaining = self.costs.wakeup_ns
                 p.counters.wakeups += 1
             elif p.phase is Phase.WAKING:
-                if p.remaining > 0 or not self._on_cpu(p):
+                if p.remaining > 0 or not self._on_cpu(p, now):
                     return
                 self._return(p, now)
             elif p.phase is Phase.IO:

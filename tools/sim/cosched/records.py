@@ -31,6 +31,36 @@ class WaitMode(Enum):
     SPIN_BLOCK = "spin-block"
 
 
+class Reschedule(Enum):
+    """ClusterSchedSim's rescheduling of a PE's processes (local.py says how each is modelled)."""
+
+    NONE = "none"
+    DCS = "dcs"  # on message arrival: interrupt, and the destination runs next
+    PB = "pb"  # periodically: a daemon takes the PE from a busy-waiting process for one with work
+
+
+@dataclass(frozen=True)
+class Local:
+    """The local scheduler of ClusterSchedSim's dynamic coscheduling on top of the round-robin slices
+    (local.py): what a change of the running process costs, and how the PE reschedules."""
+
+    reschedule: Reschedule = Reschedule.NONE
+    switch_ns: int = 0  # every change of the process running on a PE
+    interrupt_ns: int = 0  # DCS: the interrupt a message raises for a process that is not running
+    period_ns: int = 0  # PB: the daemon's period
+    daemon_ns: int = 0  # PB: CPU each daemon run takes when it finds the running process busy-waiting
+
+    def __post_init__(self) -> None:
+        if min(self.switch_ns, self.interrupt_ns, self.period_ns, self.daemon_ns) < 0:
+            raise ValueError("local scheduler costs cannot be negative")
+        if self.interrupt_ns and self.reschedule is not Reschedule.DCS:
+            raise ValueError("interrupt_ns is the cost of DCS's interrupts: it needs reschedule=DCS")
+        if self.reschedule is Reschedule.PB and self.period_ns <= 0:
+            raise ValueError("periodic rescheduling (PB) needs a period: period_ns > 0")
+        if (self.period_ns or self.daemon_ns) and self.reschedule is not Reschedule.PB:
+            raise ValueError("period_ns and daemon_ns are PB's daemon: they need reschedule=PB")
+
+
 @dataclass(frozen=True)
 class Control:
     """What the node manager decides for one process."""
@@ -52,10 +82,17 @@ class Costs:
     wakeup_ns: int = 0  # CPU a blocked process needs after its message arrives, before its call returns
     # Round-robin slices among a PE's runnable processes (slices.py); 0 shares the PE fluidly.
     slice_ns: int = 0
+    # ClusterSchedSim's local scheduler and dynamic coscheduling (local.py); None: slices.py's plain one.
+    local: Local | None = None
 
     def __post_init__(self) -> None:
         if min(self.switch_ns, self.wakeup_ns, self.slice_ns) < 0:
             raise ValueError("costs cannot be negative")
+        if self.local is not None and not self.slice_ns:
+            raise ValueError(
+                "a local scheduler (Costs.local) needs round-robin slices (slice_ns > 0): its switches "
+                "and boosts act on the one process running on a PE, which fluid sharing does not have"
+            )
 
 
 NO_COSTS = Costs()
@@ -96,8 +133,13 @@ class PeCounters:
 
     busy_ns: int = 0  # computing
     spin_ns: int = 0  # polling or spinning
-    switch_ns: int = 0  # context switches and wake-ups
+    switch_ns: int = 0  # context switches and wake-ups; under Costs.local, interrupts and daemon runs too
     idle_ns: int = 0
+    # Under Costs.local (local.py): of switch_ns, DCS's interrupts and PB's daemon runs, counted whole when
+    # taken; and how many changes of the running process and interrupts or daemon scans there were.
+    interrupt_ns: int = 0
+    switches: int = 0
+    interrupts: int = 0
 
 
 class Phase(Enum):
@@ -170,3 +212,10 @@ class _Pe:
     queue: list[int] = field(default_factory=list)
     running: int | None = None
     slice_end: int = 0
+    # Under Costs.local (local.py): the process whose context the PE holds (the last to run, through idle
+    # spells), the last instant PB's daemon ran, and the counters PeCounters reports.
+    holder: int | None = None
+    daemon_at: int = -1
+    interrupt: int = 0
+    switches: int = 0
+    interrupts: int = 0
