@@ -61,6 +61,7 @@ from storm.tools.sim.cosched.records import (
     _Job,
     _Pe,
     _Process,
+    credit,
     nice_weight,
 )
 
@@ -87,26 +88,6 @@ _PE, _ARRIVE, _SPIN, _CHECKPOINT = 0, 1, 2, 3
 # A job alone is walked ahead by this many of its iterations at first, doubling to the cap: short walks
 # waste little when a slice ends early, long ones keep the number of checkpoint events low.
 _FIRST_CHUNK, _LAST_CHUNK = 16, 4096
-
-
-def credit(pe: _Pe, p: _Process, cpu: int) -> int:
-    """``p`` had ``cpu`` ns of its PE: what it spent them on, as its phase says; returns the ns used (a
-    computation or a wake-up uses no more than it still needs). Shared by fluid sharing and slices.py."""
-    c = p.counters
-    if p.phase is Phase.COMPUTE:
-        cpu = min(cpu, p.remaining)
-        p.remaining -= cpu
-        c.compute_ns += cpu
-        pe.busy += cpu
-    elif p.phase is Phase.WAKING:
-        cpu = min(cpu, p.remaining)
-        p.remaining -= cpu
-        c.wakeup_cpu_ns += cpu
-        pe.switch += cpu
-    else:
-        c.poll_ns += cpu
-        pe.spin += cpu
-    return cpu
 
 
 class CoschedModel:
@@ -190,8 +171,9 @@ class CoschedModel:
         self._go_alone(now)
 
     def advance(self, until: int) -> None:
-        """Run every event up to ``until`` and bring every counter to that instant.
-        O((E log E) + E x n + P) for E events, n processes per PE and P PEs."""
+        """Run every event up to ``until``; counters are brought to that instant when read (a PE's
+        progress is the same whether or not it is synced in between). O(E log E + E x n) for E events and
+        n processes per PE."""
         if until < self.now:
             raise ValueError(f"time runs forward: {until} < {self.now}")
         heap = self._heap
@@ -223,9 +205,6 @@ class CoschedModel:
                 self._reschedule(process.pe, time)
             if self._dirty and (not heap or heap[0][0] > time):
                 self._go_alone(time)  # once every event of the instant has run
-        for pe in range(len(self._pes)):
-            if self._pes[pe].owner is None:
-                self._sync(pe, until)
         self.now = until
         if self._dirty:
             self._go_alone(until)
@@ -244,12 +223,12 @@ class CoschedModel:
 
     def counters(self, key: ProcessKey) -> ProcessCounters:
         process = self._processes[self._index[key]]
-        self._catch_up(self._pes[process.pe].owner)
+        self._read(process.pe)
         return replace(process.counters)
 
     def pe_counters(self, pe: int) -> PeCounters:
         p = self._pes[pe]
-        self._catch_up(p.owner)
+        self._read(pe)
         return PeCounters(p.busy, p.spin, p.switch, p.idle, p.interrupt, p.switches, p.interrupts)
 
     def completion_ns(self, job_id: int) -> int | None:
@@ -359,6 +338,14 @@ class CoschedModel:
         job.pending = None
         if job.completion_ns is not None:
             self._leave_shortcut(job, now)
+
+    def _read(self, pe: int) -> None:
+        """Bring a PE's counters to ``now``: its job alone's walk, or its own sync."""
+        owner = self._pes[pe].owner
+        if owner is None:
+            self._sync(pe, self.now)
+        else:
+            self._catch_up(owner)
 
     def _catch_up(self, job_id: int | None) -> None:
         if job_id is not None and self._jobs[job_id].alone:

@@ -1,5 +1,6 @@
 """The node model's records: what the outside tells a process (Control), the costs, the counters it reports,
-and the model's own per-process, per-job and per-PE state (node.py advances them)."""
+and the model's own per-process, per-job and per-PE state (node.py advances them), with :func:`credit`, what a
+process spends the CPU it gets on (fluid sharing's and slices.py's alike)."""
 
 from __future__ import annotations
 
@@ -219,3 +220,23 @@ class _Pe:
     interrupt: int = 0
     switches: int = 0
     interrupts: int = 0
+
+
+def credit(pe: _Pe, p: _Process, cpu: int) -> int:
+    """``p`` had ``cpu`` ns of its PE: what it spent them on, as its phase says; returns the ns used (a
+    computation or a wake-up uses no more than it still needs). Shared by fluid sharing and slices.py."""
+    c = p.counters
+    if p.phase is Phase.COMPUTE:
+        cpu = min(cpu, p.remaining)
+        p.remaining -= cpu
+        c.compute_ns += cpu
+        pe.busy += cpu
+    elif p.phase is Phase.WAKING:
+        cpu = min(cpu, p.remaining)
+        p.remaining -= cpu
+        c.wakeup_cpu_ns += cpu
+        pe.switch += cpu
+    else:
+        c.poll_ns += cpu
+        pe.spin += cpu
+    return cpu

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from storm.tools.sim.cosched import local
+from storm.tools.sim.cosched.records import credit
 
 if TYPE_CHECKING:
     from storm.tools.sim.cosched.node import CoschedModel
@@ -92,8 +93,6 @@ def update_queue(model: CoschedModel, pe_index: int, now: int) -> None:
 def sync(model: CoschedModel, pe: _Pe, eff: int) -> int:
     """Give the running process ``eff`` ns of CPU (the PE's time since its last sync, switches excluded);
     return the CPU used. O(1)."""
-    from storm.tools.sim.cosched.node import credit
-
     if pe.running is None:
         return 0
     return credit(pe, model._processes[pe.running], eff)
