@@ -222,3 +222,19 @@ def test_the_shortcut_gives_what_the_event_path_gives_under_every_local_schedule
     for _ in range(40):
         pes, cost, jobs = _case(rng)
         assert _run(pes, cost, jobs, True) == _run(pes, cost, jobs, False), (cost, jobs)
+
+
+def test_each_pe_keeps_its_own_time() -> None:
+    # As the PB timeline above, on PE 1 of 2: its daemon runs 2 ms (1/2 of the 4 ms period) past each
+    # multiple of the period, and a lone runner's slice, when contention begins, ends 5 ms past a multiple
+    # of 10. R1 computes 0-1 and polls; the daemon gives H the PE at 2 (H 2.23-12.23), then R1 polls again
+    # from 12.43 until the daemon at 14 (H 14.23-24.23); R1 runs from 24.43 and finds its message at 25.1.
+    # In step with PE 0's timers, gang scheduled as it were, the same would end at 26.43.
+    local = Local(Reschedule.PB, switch_ns=SW, period_ns=4 * MS, daemon_ns=30 * US)
+    for shortcut in (True, False):
+        model = CoschedModel(2, costs(local), shortcut=shortcut)
+        model.add_job(0, 2, ring(25, 1), [0, 1])
+        model.add_job(0, 1, hog(50), [1])
+        model.run_until_done(LONG)
+        assert model.completion_ns(2) == 25_100 * US
+        assert model.pe_counters(1).interrupts == 2 and model.pe_counters(0).interrupts == 0

@@ -23,14 +23,18 @@ goes to the head of level 59, and preemption takes effect at the next clock tick
   (``Costs.wakeup_ns``) first, as any woken process does. A process in I/O or stopped is left alone; a
   running one finds its message by itself. ClusterSchedSim's ISR boosts to the head of the highest level;
   with one queue, the head is that;
-- PB (periodic rescheduling): at every multiple of ``Local.period_ns`` (the same instants on every PE: the
-  simulator's daemons all start at 0 and hold(period)), on a PE where some process waits for the CPU, if
+- PB (periodic rescheduling): every ``Local.period_ns``, on a PE where some process waits for the CPU, if
   the runner busy-waits (polls, or spins before it blocks) for a message not yet in, the daemon scans the
   ready queue, which costs ``Local.daemon_ns`` of PE time, and hands the PE to the first process in line
   with useful work (computing, paying its wake-up, or with its message in) for a full slice; the
   busy-waiter goes to the tail. ClusterSchedSim charges each daemon run; here a daemon that finds nobody
   waiting for the CPU costs nothing (checking the running task is the paper's 2-3 ns, which it does not
-  simulate either).
+  simulate either);
+- each PE keeps its own time: PE i of P runs its daemon, and ends the slice of a runner that was alone when
+  a second process joins (slices.py's grid), i/P of a period or slice after each multiple of it.
+  ClusterSchedSim's daemons all start at 0 and hold(period), in step; on identical nodes in step, balanced
+  jobs that share the same PEs would rotate together, gang scheduled by the timers. Real nodes' timers are
+  not in step, and neither are these.
 
 Interrupts and daemon runs are counted in the PE's switch time, and apart in its interrupt time.
 
@@ -75,11 +79,24 @@ def arrived(model: CoschedModel, p: _Process, now: int) -> None:
     pe.running = None
 
 
+def phase(model: CoschedModel, pe: _Pe, length: int) -> int:
+    """Where PE ``pe``'s timer of period ``length`` fires within each period (module docstring). O(1)."""
+    return pe.index * length // len(model._pes)
+
+
+def grid_end(model: CoschedModel, pe: _Pe, now: int, length: int) -> int:
+    """The end of a slice of ``length`` on ``pe``'s grid, after ``now`` (slices.py). O(1)."""
+    offset = phase(model, pe, length)
+    return ((now - offset) // length + 1) * length + offset
+
+
 def daemon_due(model: CoschedModel, pe: _Pe, now: int) -> bool:
     """PB: whether the daemon runs on ``pe`` at ``now``: a period's instant, with a runner and someone
     waiting for the CPU, and not run yet at this instant (which it then marks). O(1)."""
     local = model.costs.local
-    if local is None or local.reschedule is not Reschedule.PB or now % local.period_ns or pe.daemon_at == now:
+    if local is None or local.reschedule is not Reschedule.PB or pe.daemon_at == now:
+        return False
+    if (now - phase(model, pe, local.period_ns)) % local.period_ns:
         return False
     if pe.running is None or len(pe.queue) < 2:
         return False
@@ -120,7 +137,7 @@ def next_daemon(model: CoschedModel, pe: _Pe, now: int) -> int | None:
     local = model.costs.local
     if local is None or local.reschedule is not Reschedule.PB or pe.running is None or len(pe.queue) < 2:
         return None
-    return (now // local.period_ns + 1) * local.period_ns
+    return grid_end(model, pe, now, local.period_ns)
 
 
 def dispatched(model: CoschedModel, pe: _Pe, head: _Process, now: int, slice_ns: int) -> None:

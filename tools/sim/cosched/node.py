@@ -103,7 +103,7 @@ class CoschedModel:
             raise ValueError("a model needs at least one PE")
         self.costs = costs
         self.now = start_ns
-        self._pes = [_Pe(synced_ns=start_ns) for _ in range(pes)]
+        self._pes = [_Pe(synced_ns=start_ns, index=i) for i in range(pes)]
         self._processes: list[_Process] = []
         self._index: dict[ProcessKey, int] = {}
         self._jobs: dict[int, _Job] = {}

@@ -199,6 +199,7 @@ class _Job:
 
 @dataclass
 class _Pe:
+    index: int = 0
     processes: list[int] = field(default_factory=list)
     synced_ns: int = 0
     switch_until: int = 0

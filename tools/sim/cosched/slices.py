@@ -75,7 +75,10 @@ def update_queue(model: CoschedModel, pe_index: int, now: int) -> None:
             if was_alone:
                 # Contention begins: the lone runner's current slice ends on the grid (module docstring).
                 length = slice_of(model, model._processes[pe.running])
-                pe.slice_end = (now // length + 1) * length
+                if model.costs.local is None:
+                    pe.slice_end = (now // length + 1) * length
+                else:
+                    pe.slice_end = local.grid_end(model, pe, now, length)
             elif pe.slice_end <= now:
                 pe.queue.append(pe.queue.pop(0))
                 pe.running = None
