@@ -39,7 +39,7 @@ def test_the_two_workloads_draw_the_same_jobs_and_the_io_one_adds_twice_the_comp
         assert c.program.compute_ns == i.program.compute_ns and c.program.pattern is i.program.pattern
         assert c.program.io_ns == 0 and i.program.io_ns == 2 * i.program.compute_ns[0]
         assert 1 * MS <= c.program.compute_ns[0] <= 4 * MS and c.program.latency_ns == 20 * US
-        assert 0.45 * NS < c.program.dedicated_ns() < 2.05 * NS
+        assert 0.35 * NS < c.program.dedicated_ns() < 1.65 * NS  # Setup.runtime_s, to an iteration
     for jobs in (comm, io):
         work = sum(j.program.dedicated_ns() * j.program.ranks for j in jobs)
         span = max(j.submit_ns for j in jobs)
