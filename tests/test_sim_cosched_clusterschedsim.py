@@ -99,6 +99,23 @@ def test_the_judgements_read_the_figures_as_the_paper_states_them() -> None:
     assert verdicts["communication: Table 1 column B, DCS-SB 0.710 (within 0.1)"] == "PASS"
 
 
+def test_a_difference_within_the_seeds_spread_does_not_pass() -> None:
+    def scheme(b: float, spread: float) -> dict[str, object]:
+        return {
+            "A": _row(1.0, 10.0), "B": {**_row(b, 10 * b), "normalised_spread": spread},
+            "C": {**_row(b, 10 * b), "normalised_spread": spread},
+        }  # fmt: skip
+
+    def verdict(spread: float) -> str:
+        rows = {"sb": scheme(0.95, spread), "dcs": scheme(0.97, spread)}
+        (line,) = [
+            x for x in checks({"workloads": {"io": {"schemes": rows}}}) if "column B (switch" in x["claim"]
+        ]
+        return str(line["verdict"])
+
+    assert verdict(0.01) == "PASS" and verdict(0.03) == "DIFFERS"  # SB's cut exceeds DCS's by 0.02
+
+
 def test_a_tiny_run_end_to_end(tmp_path: Path) -> None:
     result = run(TINY, ("batch", "gang", "sb", "dcs", "pb-sb"), (A, C))
     for kind in ("communication", "io"):
@@ -116,6 +133,18 @@ def test_a_tiny_run_end_to_end(tmp_path: Path) -> None:
     json.dumps(result)  # all of it serialisable
     text = markdown(result)
     assert "## Table 1" in text and ("- PASS: " in text or "- DIFFERS: " in text)
+
+
+def test_the_command_line_judges_a_saved_run_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "run.json"
+    result = run(TINY, ("gang", "sb"), (A, B))
+    result["checks"] = []
+    saved.write_text(json.dumps(result))
+    assert sim_main(["clusterschedsim", "--report", str(saved), "--markdown", str(tmp_path / "run.md")]) == 0
+    assert "## The paper's findings" in (tmp_path / "run.md").read_text()
+    assert "- PASS: " in capsys.readouterr().out or "- DIFFERS: " in (tmp_path / "run.md").read_text()
 
 
 def test_the_command_line_refuses_bad_columns_and_schemes(capsys: pytest.CaptureFixture[str]) -> None:
