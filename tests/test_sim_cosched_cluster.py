@@ -14,7 +14,7 @@ from storm.nm.fcs import Measurement, classify
 from storm.tools.scenarios import build
 from storm.tools.sim.cosched.adapters import ProcessTable, SimMonitor, SimProcesses
 from storm.tools.sim.cosched.cluster import NS, ClusterResult, CoschedCluster, SimJob
-from storm.tools.sim.cosched.node import RUNNABLE, CoschedModel, Costs
+from storm.tools.sim.cosched.node import RUNNABLE, CoschedModel, Costs, Local, Reschedule
 from storm.tools.sim.cosched.program import Program
 from storm.tools.sim.cosched.scenarios import Calibration, program
 from storm.tools.sim.cosched.scenarios import main as scenarios_main
@@ -171,3 +171,35 @@ def test_scenarios_of_other_blocks_than_the_live_runs_are_not_set_against_them(
     assert "other building blocks than 0.5 s" in capsys.readouterr().err
     row = next(line for line in text.splitlines() if line.startswith("| gang |"))
     assert row.split("|")[3].strip() == "-"  # live jobs
+
+
+def test_the_dynamic_schemes_run_as_sb_with_the_node_models_rescheduling_and_their_wait_mode() -> None:
+    # ClusterSchedSim's DCS and PB busy-wait (the ranks poll whatever storm's sb asks), their -SB variants
+    # spin-block; no rank is ever stopped and no heartbeat is sent, as under sb.
+    for policy, reschedule, wait in (
+        ("dcs", Reschedule.DCS, "poll"), ("pb", Reschedule.PB, "poll"),
+        ("dcs-sb", Reschedule.DCS, "spin-block"), ("pb-sb", Reschedule.PB, "spin-block"),
+    ):  # fmt: skip
+        local = Local(
+            reschedule, switch_ns=100_000, interrupt_ns=25_000 if reschedule is Reschedule.DCS else 0,
+            period_ns=10 * MS if reschedule is Reschedule.PB else 0,
+        )  # fmt: skip
+        cluster, result = run(
+            policy, [SimJob("a", FINE), SimJob("b", FINE)], Costs(slice_ns=20 * MS, local=local)
+        )
+        assert result.policy == policy and cluster.policy.value == "sb" and result.slices == 0
+        assert all(c.wait.value == wait and not c.stopped for c in cluster.table.controls.values())
+        a, b = result.jobs
+        assert a.start == b.start == 0.0 and a.state == b.state == "COMPLETED"
+
+
+def test_a_policy_and_the_node_models_rescheduling_must_agree() -> None:
+    pb = Costs(slice_ns=MS, local=Local(Reschedule.PB, period_ns=MS))
+    with pytest.raises(ValueError, match="reschedule=DCS"):
+        CoschedCluster(2, 1, "dcs", costs=pb)
+    with pytest.raises(ValueError, match="reschedule=PB"):
+        CoschedCluster(2, 1, "pb", costs=COSTS)
+    with pytest.raises(ValueError, match="reschedule=NONE"):
+        CoschedCluster(2, 1, "sb", costs=pb)
+    with pytest.raises(ValueError, match="unknown policy"):
+        CoschedCluster(2, 1, "local", costs=COSTS)

@@ -393,6 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
         "model, beside the live results (options: storm sim scenarios --help)",
         add_help=False,
     )
+    sub.add_parser(
+        "clusterschedsim",
+        help="ClusterSchedSim's case studies: GS, space sharing and dynamic coscheduling (SB, DCS, PB, "
+        "DCS-SB, PB-SB) under Table 1's costs (options: storm sim clusterschedsim --help)",
+        add_help=False,
+    )
     return parser
 
 
@@ -402,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
         from storm.tools.sim.cosched.scenarios import main as scenarios_main
 
         return scenarios_main(given[1:])
+    if given[:1] == ["clusterschedsim"]:  # its own options (tools/sim/cosched/clusterschedsim.py)
+        from storm.tools.sim.cosched.clusterschedsim import main as clusterschedsim_main
+
+        return clusterschedsim_main(given[1:])
     args = build_parser().parse_args(argv)
     try:
         status: int = args.func(args)

@@ -34,8 +34,11 @@ FIRST_PID = 1000
 class ProcessTable:
     """The simulated processes of one cluster: pids, what the node cores decided for each, the clock."""
 
-    def __init__(self, model: CoschedModel) -> None:
+    def __init__(self, model: CoschedModel, wait: WaitMode | None = None) -> None:
+        """``wait``: every rank waits so, whatever the node core asks (ClusterSchedSim's busy-waiting
+        DCS and PB, which storm's cores run as sb: cluster.py)."""
         self.model = model
+        self.wait = wait
         self.now_ns = 0  # the driver's simulated instant; every decision takes effect then
         self.next_pid = FIRST_PID
         self.keys: dict[int, ProcessKey] = {}  # pid -> (job id, rank), for ranks in the model
@@ -56,6 +59,8 @@ class ProcessTable:
         pending = self.pending_waits.pop(key, None)
         if pending is not None:
             control = replace(control, wait=pending[0], spin_ns=pending[1])
+        if self.wait is not None:
+            control = replace(control, wait=self.wait)
         self.keys[pid] = key
         self.controls[key] = control
         self.started_ns[key] = self.now_ns
@@ -70,6 +75,8 @@ class ProcessTable:
     def change_key(self, key: ProcessKey, **changes: object) -> None:
         old = self.controls[key]
         new = replace(old, **changes)  # type: ignore[arg-type]
+        if self.wait is not None:
+            new = replace(new, wait=self.wait)
         if new != old:
             self.controls[key] = new
             self.model.control(self.now_ns, key, new)
@@ -126,13 +133,13 @@ class SimProcesses:
 
     def schedstat(self, pid: int) -> tuple[int, int] | None:
         """CPU time, and time runnable but without the CPU: the rest of its life that it was neither
-        stopped nor blocked. O(1)."""
+        stopped, blocked nor in I/O. O(1)."""
         key = self.table.keys.get(pid)
         if key is None:
             return None
         c = self.table.model.reading(key)
         alive = self.table.now_ns - self.table.started_ns[key]
-        return c.cpu_ns, max(0, alive - c.cpu_ns - c.stopped_ns - c.blocked_ns)
+        return c.cpu_ns, max(0, alive - c.cpu_ns - c.stopped_ns - c.blocked_ns - c.io_ns)
 
     def set_nice(self, pgid: int, nice: int) -> None:
         self.table.change(pgid, nice=nice)

@@ -16,6 +16,11 @@ simulated node decides (SIGSTOP/SIGCONT, nice, poll or spin-block, FCS's classes
 - when the model says the job's program has ended, the driver plays the shell again (ShellDone), and the
   node core reports JobNodeDone to the MM, which frees the job's PEs and starts what is queued.
 
+ClusterSchedSim's dynamic coscheduling (issue 15 item 2: DCS, PB, DCS-SB, PB-SB) is no storm policy: the
+cores run it as sb (every rank runnable, no heartbeat), and the node model's local scheduler
+(``Costs.local``, local.py) reschedules; DCS and PB busy-wait, so their ranks poll whatever the node core
+asks, the -SB ones spin-block as sb's do.
+
 Messages take no time. Between two instants where the driver acts (a heartbeat, a submission) the model
 runs event by event, and after every event the driver looks for jobs that ended then. Deterministic: the
 MM's nonces are seeded, pids are handed out in order, nothing reads a wall clock but the run's own cost.
@@ -46,9 +51,15 @@ from storm.nm.node import Node, Outcome
 from storm.tools.sim.cosched.adapters import ProcessTable, SimMonitor, SimProcesses
 from storm.tools.sim.cosched.node import NO_COSTS, RUNNABLE, CoschedModel, Costs, PeCounters
 from storm.tools.sim.cosched.program import Program
+from storm.tools.sim.cosched.records import Reschedule, WaitMode
 
 NS = 1_000_000_000
-POLICIES = ("batch", "gang", "sb", "fcs")
+# The dynamic schemes: the node model's rescheduling, and the wait mode forced on every rank (None: sb's).
+DYNAMIC = {
+    "dcs": (Reschedule.DCS, WaitMode.POLL), "pb": (Reschedule.PB, WaitMode.POLL),
+    "dcs-sb": (Reschedule.DCS, None), "pb-sb": (Reschedule.PB, None),
+}  # fmt: skip
+POLICIES = ("batch", "gang", "sb", "fcs", *DYNAMIC)
 
 
 class SimulationError(RuntimeError):
@@ -91,6 +102,20 @@ class ClusterResult:
     classes: list[tuple[float, str, int, str, str]] = field(default_factory=list)  # time, job, rank, old, new
 
 
+def mm_policy(policy: str, costs: Costs) -> str:
+    """The storm policy the cores run ``policy`` as, once ``costs`` are checked to reschedule as it does."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
+    want = DYNAMIC[policy][0] if policy in DYNAMIC else Reschedule.NONE
+    have = Reschedule.NONE if costs.local is None else costs.local.reschedule
+    if have is not want:
+        raise ValueError(
+            f"policy {policy} needs Costs.local with reschedule={want.name}, not {costs.local} "
+            "(the node model's local scheduler, local.py)"
+        )
+    return "sb" if policy in DYNAMIC else policy
+
+
 def mm_config(policy: str, mpl: int, slice_s: float) -> MMConfig:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
@@ -118,14 +143,15 @@ class CoschedCluster:
     ) -> None:
         self.nodes_count = nodes
         self.pes_per_node = pes_per_node
-        self.policy = p.Policy(policy)
+        self.policy_name = policy
+        self.policy = p.Policy(mm_policy(policy, costs))
         self.slice_ns = round(slice_s * NS)
         self.costs = costs
         self.model = CoschedModel(nodes * pes_per_node, costs)
-        self.table = ProcessTable(self.model)
+        self.table = ProcessTable(self.model, DYNAMIC[policy][1] if policy in DYNAMIC else None)
         self.fcs = fcs or p.FcsParameters()
         self.ctl = Controller(
-            MemoryStore(), mm_config(policy, mpl, slice_s), "sim-mm", nonce=seeded_nonces(seed),
+            MemoryStore(), mm_config(self.policy.value, mpl, slice_s), "sim-mm", nonce=seeded_nonces(seed),
             policy=self.policy, fcs=self.fcs,
         )  # fmt: skip
         self.caller = Account(os.getuid(), os.getgid(), "sim")  # launches run as a user this host knows
@@ -353,7 +379,7 @@ class CoschedCluster:
         }
         classes = [(c.time, self.programs[c.job_id][0], c.rank, c.old, c.new) for c in self.class_changes]
         return ClusterResult(
-            policy=self.policy.value, jobs=jobs, wall_seconds=wall, model_events=self.model.events_run,
+            policy=self.policy_name, jobs=jobs, wall_seconds=wall, model_events=self.model.events_run,
             slices=self.slices, pes=[self.model.pe_counters(i) for i in range(self.model_pes)],
             stopped_ns=stopped, classes=sorted(classes),
         )  # fmt: skip

@@ -7,6 +7,7 @@ Every process (one rank of a job, pinned to one PE) is, at any instant, in one p
 - blocked: the spin phase of spin-block ran out (``spin_ns`` of wall time after the call began) before the
   message came; it uses no CPU until the message arrives, then needs ``Costs.wakeup_ns`` of CPU before its
   call returns;
+- in I/O (``Program.io_ns`` after each computation): no CPU, not runnable, for that much wall time;
 - done, once it finished its iterations.
 
 The outside (the node manager's core, through the simulator's driver) says per process whether it is
@@ -18,7 +19,8 @@ not blocked or done, in proportion to the weights of their nice values (Linux's 
 takes its share as a computing process does. Whenever the outside changes which processes of a PE may run,
 the PE pays a context switch (``Costs.switch_ns``) during which nobody progresses. The fluid model ignores
 CFS's slices of a few milliseconds: a polling process notices its message at once even while it shares the
-PE. That is what makes the model analytic. ``Costs.slice_ns`` replaces it by round-robin slices (slices.py).
+PE. That is what makes the model analytic. ``Costs.slice_ns`` replaces it by round-robin slices (slices.py),
+on which ``Costs.local`` builds ClusterSchedSim's switch costs and dynamic coscheduling (local.py).
 
 The model is event driven: between two events nothing changes, so every process's progress is a rate times
 the time elapsed. Events are the instants where something changes: a computation or a wake-up ends (it
@@ -40,22 +42,26 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from storm.tools.sim.cosched import slices
+from storm.tools.sim.cosched import local, slices
 from storm.tools.sim.cosched.program import Pattern, Program
 from storm.tools.sim.cosched.records import (
     NICE_WEIGHTS,
     NO_COSTS,
+    ON_CPU,
     RUNNABLE,
     Control,
     Costs,
+    Local,
     PeCounters,
     Phase,
     ProcessCounters,
     ProcessKey,
+    Reschedule,
     WaitMode,
     _Job,
     _Pe,
     _Process,
+    credit,
     nice_weight,
 )
 
@@ -67,10 +73,12 @@ __all__ = [
     "Control",
     "CoschedModel",
     "Costs",
+    "Local",
     "PeCounters",
     "Phase",
     "ProcessCounters",
     "ProcessKey",
+    "Reschedule",
     "WaitMode",
     "nice_weight",
 ]
@@ -80,26 +88,6 @@ _PE, _ARRIVE, _SPIN, _CHECKPOINT = 0, 1, 2, 3
 # A job alone is walked ahead by this many of its iterations at first, doubling to the cap: short walks
 # waste little when a slice ends early, long ones keep the number of checkpoint events low.
 _FIRST_CHUNK, _LAST_CHUNK = 16, 4096
-
-
-def credit(pe: _Pe, p: _Process, cpu: int) -> int:
-    """``p`` had ``cpu`` ns of its PE: what it spent them on, as its phase says; returns the ns used (a
-    computation or a wake-up uses no more than it still needs). Shared by fluid sharing and slices.py."""
-    c = p.counters
-    if p.phase is Phase.COMPUTE:
-        cpu = min(cpu, p.remaining)
-        p.remaining -= cpu
-        c.compute_ns += cpu
-        pe.busy += cpu
-    elif p.phase is Phase.WAKING:
-        cpu = min(cpu, p.remaining)
-        p.remaining -= cpu
-        c.wakeup_cpu_ns += cpu
-        pe.switch += cpu
-    else:
-        c.poll_ns += cpu
-        pe.spin += cpu
-    return cpu
 
 
 class CoschedModel:
@@ -115,7 +103,7 @@ class CoschedModel:
             raise ValueError("a model needs at least one PE")
         self.costs = costs
         self.now = start_ns
-        self._pes = [_Pe(synced_ns=start_ns) for _ in range(pes)]
+        self._pes = [_Pe(synced_ns=start_ns, index=i) for i in range(pes)]
         self._processes: list[_Process] = []
         self._index: dict[ProcessKey, int] = {}
         self._jobs: dict[int, _Job] = {}
@@ -176,7 +164,7 @@ class CoschedModel:
             and process.phase is not Phase.DONE
             and any(not self._processes[i].control.stopped for i in pe.processes if self._alive(i))
         ):
-            pe.switch_until = now + self.costs.switch_ns
+            pe.switch_until = max(pe.switch_until, now + self.costs.switch_ns)  # local.py's may be later
         if not control.stopped:
             self._progress(process, now)
         self._reschedule(process.pe, now)
@@ -184,8 +172,9 @@ class CoschedModel:
         self._go_alone(now)
 
     def advance(self, until: int) -> None:
-        """Run every event up to ``until`` and bring every counter to that instant.
-        O((E log E) + E x n + P) for E events, n processes per PE and P PEs."""
+        """Run every event up to ``until``; counters are brought to that instant when read (a PE's
+        progress is the same whether or not it is synced in between). O(E log E + E x n) for E events and
+        n processes per PE."""
         if until < self.now:
             raise ValueError(f"time runs forward: {until} < {self.now}")
         heap = self._heap
@@ -212,12 +201,11 @@ class CoschedModel:
                 process = self._processes[a]
                 self._sync(process.pe, time)
                 self._progress(process, time)
+                if kind == _ARRIVE:
+                    local.arrived(self, process, time)
                 self._reschedule(process.pe, time)
             if self._dirty and (not heap or heap[0][0] > time):
                 self._go_alone(time)  # once every event of the instant has run
-        for pe in range(len(self._pes)):
-            if self._pes[pe].owner is None:
-                self._sync(pe, until)
         self.now = until
         if self._dirty:
             self._go_alone(until)
@@ -243,13 +231,13 @@ class CoschedModel:
         it runs. For the node manager's seams, which read a few fields every time slice (a copy each
         costs more than the read). O(1) unless its job's walk must be applied."""
         process = self._processes[self._index[key]]
-        self._catch_up(self._pes[process.pe].owner)
+        self._read(process.pe)
         return process.counters
 
     def pe_counters(self, pe: int) -> PeCounters:
         p = self._pes[pe]
-        self._catch_up(p.owner)
-        return PeCounters(p.busy, p.spin, p.switch, p.idle)
+        self._read(pe)
+        return PeCounters(p.busy, p.spin, p.switch, p.idle, p.interrupt, p.switches, p.interrupts)
 
     def completion_ns(self, job_id: int) -> int | None:
         """When the job's last rank finished its iterations; None while it runs."""
@@ -298,6 +286,9 @@ class CoschedModel:
 
     def _is_alone(self, job: _Job, now: int) -> bool:
         if job.alone or job.completion_ns is not None:
+            return False
+        # shortcut.py's recurrence knows no I/O phase and no local scheduler (local.py says when it holds).
+        if job.program.io_ns or not local.shortcut_safe(self, job):
             return False
         for index in job.processes:
             p = self._processes[index]
@@ -375,6 +366,14 @@ class CoschedModel:
         if job.completion_ns is not None:
             self._leave_shortcut(job, now)
 
+    def _read(self, pe: int) -> None:
+        """Bring a PE's counters to ``now``: its job alone's walk, or its own sync."""
+        owner = self._pes[pe].owner
+        if owner is None:
+            self._sync(pe, self.now)
+        else:
+            self._catch_up(owner)
+
     def _catch_up(self, job_id: int | None) -> None:
         if job_id is not None and self._jobs[job_id].alone:
             self._materialize(self._jobs[job_id], self.now)
@@ -408,22 +407,18 @@ class CoschedModel:
 
     # -- the model ---------------------------------------------------------------------------------------
 
-    def _on_cpu(self, p: _Process) -> bool:
+    def _on_cpu(self, p: _Process, now: int) -> bool:
         """Whether ``p`` may see what happened: always when the PE is shared fluidly, only while it runs
         under slices."""
-        return not self.costs.slice_ns or self._pes[p.pe].running == p.index
+        return not self.costs.slice_ns or slices.on_cpu(self, p, now)
 
     def _alive(self, index: int) -> bool:
         return self._processes[index].phase is not Phase.DONE
 
     def _competing(self, pe: _Pe) -> list[_Process]:
         """The processes the local scheduler shares the PE among."""
-        found = []
-        for index in pe.processes:
-            p = self._processes[index]
-            if not p.control.stopped and p.phase in (Phase.COMPUTE, Phase.WAIT, Phase.WAKING):
-                found.append(p)
-        return found
+        here = (self._processes[index] for index in pe.processes)
+        return [p for p in here if not p.control.stopped and p.phase in ON_CPU]
 
     def _sync(self, pe_index: int, now: int) -> None:
         """Bring the PE's processes from its last sync to ``now`` at constant rates. O(n).
@@ -457,6 +452,8 @@ class CoschedModel:
                 c.stopped_ns += dt
             elif p.phase is Phase.BLOCKED:
                 c.blocked_ns += dt
+            elif p.phase is Phase.IO:
+                c.io_ns += dt
         if self.costs.slice_ns:
             competing = []
             used = slices.sync(self, pe, eff)
@@ -507,7 +504,7 @@ class CoschedModel:
                 if p.control.stopped:
                     return
                 if p.ready_ns is not None and p.ready_ns <= now:
-                    if not self._on_cpu(p):
+                    if not self._on_cpu(p, now):
                         # Under slices: its message is in, and the test it makes when it next runs finds it
                         # before it looks at the clock, so it does not block, however late that is (and
                         # blocking here would turn straight back into this wait: a loop at one instant).
@@ -530,13 +527,25 @@ class CoschedModel:
                 p.remaining = self.costs.wakeup_ns
                 p.counters.wakeups += 1
             elif p.phase is Phase.WAKING:
-                if p.remaining > 0 or not self._on_cpu(p):
+                if p.remaining > 0 or not self._on_cpu(p, now):
                     return
                 self._return(p, now)
+            elif p.phase is Phase.IO:
+                if p.control.stopped or p.io_until > now:
+                    return
+                self._enter_call(p, now)
             else:
                 return
 
     def _end_computation(self, p: _Process, now: int) -> None:
+        io = self._jobs[p.job].program.io_ns
+        if io:
+            p.phase, p.io_until = Phase.IO, now + io
+            self._push(p.io_until, _SPIN, p.index, p.step)  # a timer of its own, as a spin's end is
+            return
+        self._enter_call(p, now)
+
+    def _enter_call(self, p: _Process, now: int) -> None:
         job = self._jobs[p.job]
         if not job.program.communicates:
             self._next_iteration(p, job, now)

@@ -1,7 +1,9 @@
-"""The parallel program a simulated job runs: iterations of computation, then a communication step.
+"""The parallel program a simulated job runs: iterations of computation, I/O, then a communication step.
 
 Each rank computes ``compute_ns[rank]`` nanoseconds of CPU time per iteration (so granularity and load
-imbalance are parameters), then makes one blocking communication call. It can return from that call only
+imbalance are parameters), then spends ``io_ns`` of wall time in I/O, using no CPU and not runnable
+(ClusterSchedSim's job model: compute, I/O, communicate; 0 by default, which is the FCS paper's BSP loop),
+then makes one blocking communication call. It can return from that call only
 once every partner has reached the same step and the message has crossed the network:
 
     leave(r, k) >= max(enter(r, k), max(enter(p, k) for p in partners(r)) + latency_ns)
@@ -34,14 +36,15 @@ class Program:
     iterations: int
     pattern: Pattern = Pattern.RING
     latency_ns: int = 0
+    io_ns: int = 0  # per iteration, after the computation: the CPU is released (the node model's IO phase)
 
     def __post_init__(self) -> None:
         if not self.compute_ns:
             raise ValueError("a program needs at least one rank")
         if self.iterations < 1:
             raise ValueError("a program needs at least one iteration")
-        if min(self.compute_ns) < 0 or self.latency_ns < 0:
-            raise ValueError("computation and latency cannot be negative")
+        if min(self.compute_ns) < 0 or self.latency_ns < 0 or self.io_ns < 0:
+            raise ValueError("computation, latency and I/O cannot be negative")
 
     @classmethod
     def balanced(
@@ -51,8 +54,10 @@ class Program:
         iterations: int,
         pattern: Pattern = Pattern.RING,
         latency_ns: int = 0,
+        *,
+        io_ns: int = 0,
     ) -> Program:
-        return cls((compute_ns,) * ranks, iterations, pattern, latency_ns)
+        return cls((compute_ns,) * ranks, iterations, pattern, latency_ns, io_ns)
 
     @property
     def ranks(self) -> int:
@@ -87,7 +92,7 @@ class Program:
         n = self.ranks
         leave = [0] * n
         for _ in range(self.iterations):
-            enter = [leave[r] + self.compute_ns[r] for r in range(n)]
+            enter = [leave[r] + self.compute_ns[r] + self.io_ns for r in range(n)]
             if not self.communicates:
                 leave = enter
                 continue

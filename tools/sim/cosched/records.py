@@ -1,5 +1,6 @@
 """The node model's records: what the outside tells a process (Control), the costs, the counters it reports,
-and the model's own per-process, per-job and per-PE state (node.py advances them)."""
+and the model's own per-process, per-job and per-PE state (node.py advances them), with :func:`credit`, what a
+process spends the CPU it gets on (fluid sharing's and slices.py's alike)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,36 @@ class WaitMode(Enum):
     SPIN_BLOCK = "spin-block"
 
 
+class Reschedule(Enum):
+    """ClusterSchedSim's rescheduling of a PE's processes (local.py says how each is modelled)."""
+
+    NONE = "none"
+    DCS = "dcs"  # on message arrival: interrupt, and the destination runs next
+    PB = "pb"  # periodically: a daemon takes the PE from a busy-waiting process for one with work
+
+
+@dataclass(frozen=True)
+class Local:
+    """The local scheduler of ClusterSchedSim's dynamic coscheduling on top of the round-robin slices
+    (local.py): what a change of the running process costs, and how the PE reschedules."""
+
+    reschedule: Reschedule = Reschedule.NONE
+    switch_ns: int = 0  # every change of the process running on a PE
+    interrupt_ns: int = 0  # DCS: the interrupt a message raises for a process that is not running
+    period_ns: int = 0  # PB: the daemon's period
+    daemon_ns: int = 0  # PB: CPU each daemon run takes when it finds the running process busy-waiting
+
+    def __post_init__(self) -> None:
+        if min(self.switch_ns, self.interrupt_ns, self.period_ns, self.daemon_ns) < 0:
+            raise ValueError("local scheduler costs cannot be negative")
+        if self.interrupt_ns and self.reschedule is not Reschedule.DCS:
+            raise ValueError("interrupt_ns is the cost of DCS's interrupts: it needs reschedule=DCS")
+        if self.reschedule is Reschedule.PB and self.period_ns <= 0:
+            raise ValueError("periodic rescheduling (PB) needs a period: period_ns > 0")
+        if (self.period_ns or self.daemon_ns) and self.reschedule is not Reschedule.PB:
+            raise ValueError("period_ns and daemon_ns are PB's daemon: they need reschedule=PB")
+
+
 @dataclass(frozen=True)
 class Control:
     """What the node manager decides for one process."""
@@ -52,10 +83,17 @@ class Costs:
     wakeup_ns: int = 0  # CPU a blocked process needs after its message arrives, before its call returns
     # Round-robin slices among a PE's runnable processes (slices.py); 0 shares the PE fluidly.
     slice_ns: int = 0
+    # ClusterSchedSim's local scheduler and dynamic coscheduling (local.py); None: slices.py's plain one.
+    local: Local | None = None
 
     def __post_init__(self) -> None:
         if min(self.switch_ns, self.wakeup_ns, self.slice_ns) < 0:
             raise ValueError("costs cannot be negative")
+        if self.local is not None and not self.slice_ns:
+            raise ValueError(
+                "a local scheduler (Costs.local) needs round-robin slices (slice_ns > 0): its switches "
+                "and boosts act on the one process running on a PE, which fluid sharing does not have"
+            )
 
 
 NO_COSTS = Costs()
@@ -77,6 +115,7 @@ class ProcessCounters:
     spin_ns: int = 0  # of comm_ns, spin phases of spin-block calls
     block_ns: int = 0  # of comm_ns, from blocking to return, the wake-up included
     wakeups: int = 0  # calls that blocked and were woken by their message
+    io_ns: int = 0  # wall time in I/O (Program.io_ns) and not stopped
     iterations: int = 0
     in_call: bool = False
     enter_ns: int = 0  # when the last call began
@@ -95,8 +134,13 @@ class PeCounters:
 
     busy_ns: int = 0  # computing
     spin_ns: int = 0  # polling or spinning
-    switch_ns: int = 0  # context switches and wake-ups
+    switch_ns: int = 0  # context switches and wake-ups; under Costs.local, interrupts and daemon runs too
     idle_ns: int = 0
+    # Under Costs.local (local.py): of switch_ns, DCS's interrupts and PB's daemon runs, counted whole when
+    # taken; and how many changes of the running process and interrupts or daemon scans there were.
+    interrupt_ns: int = 0
+    switches: int = 0
+    interrupts: int = 0
 
 
 class Phase(Enum):
@@ -104,7 +148,11 @@ class Phase(Enum):
     WAIT = "wait"  # in a call, on the CPU (polling or spinning)
     BLOCKED = "blocked"
     WAKING = "waking"
+    IO = "io"  # in the iteration's I/O (Program.io_ns): no CPU, not runnable, until ``io_until``
     DONE = "done"
+
+
+ON_CPU = (Phase.COMPUTE, Phase.WAIT, Phase.WAKING)  # the phases that need (or use) the CPU
 
 
 @dataclass
@@ -124,6 +172,7 @@ class _Process:
     spin_deadline: int = 0
     block_from: int | None = None
     ready_ns: int | None = None  # when the current step's messages are all in, once known
+    io_until: int = 0
     counters: ProcessCounters = field(default_factory=ProcessCounters)
 
 
@@ -150,6 +199,7 @@ class _Job:
 
 @dataclass
 class _Pe:
+    index: int = 0
     processes: list[int] = field(default_factory=list)
     synced_ns: int = 0
     switch_until: int = 0
@@ -164,3 +214,30 @@ class _Pe:
     queue: list[int] = field(default_factory=list)
     running: int | None = None
     slice_end: int = 0
+    # Under Costs.local (local.py): the process whose context the PE holds (the last to run, through idle
+    # spells), the last instant PB's daemon ran, and the counters PeCounters reports.
+    holder: int | None = None
+    daemon_at: int = -1
+    interrupt: int = 0
+    switches: int = 0
+    interrupts: int = 0
+
+
+def credit(pe: _Pe, p: _Process, cpu: int) -> int:
+    """``p`` had ``cpu`` ns of its PE: what it spent them on, as its phase says; returns the ns used (a
+    computation or a wake-up uses no more than it still needs). Shared by fluid sharing and slices.py."""
+    c = p.counters
+    if p.phase is Phase.COMPUTE:
+        cpu = min(cpu, p.remaining)
+        p.remaining -= cpu
+        c.compute_ns += cpu
+        pe.busy += cpu
+    elif p.phase is Phase.WAKING:
+        cpu = min(cpu, p.remaining)
+        p.remaining -= cpu
+        c.wakeup_cpu_ns += cpu
+        pe.switch += cpu
+    else:
+        c.poll_ns += cpu
+        pe.spin += cpu
+    return cpu

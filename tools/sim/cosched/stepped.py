@@ -72,6 +72,8 @@ class SteppedModel:
     def add_job(
         self, now: int, job_id: int, program: Program, placement: Sequence[int], control: Control = RUNNABLE
     ) -> None:
+        if program.io_ns:
+            raise ValueError("the stepped reference has no I/O phase (Program.io_ns): only node.py models it")
         self.advance(now)
         keys = [(job_id, rank) for rank in range(program.ranks)]
         self._jobs[job_id] = _SteppedJob(program, keys)
