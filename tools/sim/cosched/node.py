@@ -318,10 +318,10 @@ class CoschedModel:
 
     def _checkpoint(self, job: _Job) -> None:
         """Walk the job ahead by a chunk; its next event is its end if that comes first, else the chunk's."""
-        from storm.tools.sim.cosched.shortcut import advance_alone
+        from storm.tools.sim.cosched.shortcut import advance_alone, compute_left
 
         target = job.fast_ns + job.chunk_ns
-        earliest = job.fast_ns + self._compute_left(job)
+        earliest = job.fast_ns + compute_left(self, job)
         if earliest > target:
             # It cannot end before every rank computed what it has left: no look-ahead till then, which
             # a gang slice usually ends first (the walk to the slice's end is then the only one).
@@ -336,18 +336,6 @@ class CoschedModel:
         job.chunk_ns = min(2 * job.chunk_ns, last)
         job.pending = (target, apply)
         self._push(target, _CHECKPOINT, self._job_id(job), job.epoch)
-
-    def _compute_left(self, job: _Job) -> int:
-        """The most CPU time any rank of ``job`` still needs for its computation. O(n)."""
-        iterations = job.program.iterations
-        most = 0
-        for index in job.processes:
-            p = self._processes[index]
-            if p.phase is Phase.DONE:
-                continue
-            left = (iterations - p.step - 1) * p.compute_ns + (p.remaining if p.phase is Phase.COMPUTE else 0)
-            most = max(most, left)
-        return most
 
     def _job_id(self, job: _Job) -> int:
         return self._processes[job.processes[0]].job

@@ -433,3 +433,18 @@ def _period(times: list[deque[int]], step: list[int], k: int) -> tuple[int, int]
             if lam > 0:
                 return q, lam
     return 0, 0
+
+
+def compute_left(model: CoschedModel, job: _Job) -> int:
+    """The most CPU time any rank of ``job`` still needs for its computation: the job alone cannot end
+    sooner than that after its walk's instant. O(n)."""
+    from storm.tools.sim.cosched.records import Phase
+
+    iterations = job.program.iterations
+    most = 0
+    for index in job.processes:
+        p = model._processes[index]
+        if p.phase is not Phase.DONE:
+            left = (iterations - p.step - 1) * p.compute_ns + (p.remaining if p.phase is Phase.COMPUTE else 0)
+            most = max(most, left)
+    return most
