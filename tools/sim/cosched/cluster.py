@@ -57,11 +57,14 @@ class SimulationError(RuntimeError):
 
 @dataclass(frozen=True)
 class SimJob:
-    """A job to submit: its program (one rank per PE it asks for) at ``submit_ns``."""
+    """A job to submit: its program (one rank per PE it asks for) at ``submit_ns``, with its requested time
+    in seconds (None: unlimited). The limit only informs the MM's EASY reservations: the driver never calls
+    the MM's tick, so no job is killed at its limit."""
 
     name: str
     program: Program
     submit_ns: int = 0
+    time_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,10 @@ class CoschedCluster:
         costs: Costs = NO_COSTS,
         fcs: p.FcsParameters | None = None,
         seed: int = 0,
+        profile: bool = True,
     ) -> None:
+        """``profile``: the node cores profile every rank at every slice, as the live benchmark's do
+        ([nm] profile); it decides nothing, and a long run is faster without it."""
         self.nodes_count = nodes
         self.pes_per_node = pes_per_node
         self.policy = p.Policy(policy)
@@ -138,6 +144,7 @@ class CoschedCluster:
         self.class_changes: list[p.ClassChange] = []  # FCS: as the node cores report them to the MM
         self.slices = 0
         self.now_ns = 0
+        self.profile = profile
 
     # ------------------------------------------------------------------------------------------ the run
 
@@ -160,8 +167,9 @@ class CoschedCluster:
             name = f"n{i}"
             processes = SimProcesses(self.table)
             node = Node(
-                NMConfig(kill_grace=1.0, profile=True), name, list(range(self.pes_per_node)), run_dir / name,
-                epoch=f"sim-nm-{i}", processes=processes, measurements=SimMonitor(processes, name),
+                NMConfig(kill_grace=1.0, profile=self.profile), name, list(range(self.pes_per_node)),
+                run_dir / name, epoch=f"sim-nm-{i}", processes=processes,
+                measurements=SimMonitor(processes, name),
             )  # fmt: skip
             # Any path will do: a simulated rank loads no library, but the node core makes a job's record
             # segment (and so measures it) only when mpihook is there to write it.
@@ -218,7 +226,10 @@ class CoschedCluster:
     # ------------------------------------------------------------------------------------------ stimuli
 
     def _submit(self, job: SimJob) -> None:
-        msg = p.SubmitJob(ranks=job.program.ranks, argv=("bsp",), cwd="/tmp", env={}, name=job.name)
+        msg = p.SubmitJob(
+            ranks=job.program.ranks, argv=("bsp",), cwd="/tmp", env={}, name=job.name,
+            time_limit=job.time_limit,
+        )  # fmt: skip
         effects = self.ctl.handle(msg, self.now, self.caller)
         reply = effects[0]
         if not (isinstance(reply, Reply) and isinstance(reply.message, p.JobSubmitted)):
