@@ -250,6 +250,10 @@ def from_trace(
     if len(shape) < 2:
         raise ValueError(f"{name}: fewer than 2 usable jobs")
     jobs, factor = _jobs(shape, draws or Draws(), seed, pes, span_s)
-    how = {"scale": "scaled", "cap": "capped", "drop": "wider ones left out"}[sizes]
-    source = f"{name}: {len(jobs)} jobs, sizes {how} from {trace_pes} PEs to {pes}, seed {seed}"
+    how = {
+        "scale": f"sizes scaled from {trace_pes} PEs to {pes}",
+        "cap": f"sizes capped at {pes} PEs",
+        "drop": f"jobs wider than {pes} PEs left out",
+    }[sizes]
+    source = f"{name}: {len(jobs)} jobs, {how}, seed {seed}"
     return DynamicWorkload(jobs, pes, source, factor)
