@@ -1,23 +1,29 @@
-"""The FCS paper's dynamic workload (tools/sim/cosched/dynamic.py), the coscheduling driver made faster,
-and Program.dedicated_ns extrapolated: each faster path shown to give what it gave before. Small
-workloads only: fast, no traces."""
+"""``storm sim dynamic``: the FCS paper's dynamic workload (tools/sim/cosched/dynamic*.py), the driver's
+kept heartbeats (cluster.py), and the fast Program.dedicated_ns. Small workloads only: fast, no traces."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import math
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 
+from storm.tools.sim import cli
+from storm.tools.sim.cosched import dynamic_cli, dynamic_report, dynamic_sweep
 from storm.tools.sim.cosched.cluster import NS, CoschedCluster, SimJob
 from storm.tools.sim.cosched.dynamic import Draws, fit_size, from_lublin, from_trace, program_for
 from storm.tools.sim.cosched.program import Pattern, Program
 from storm.tools.sim.cosched.scenarios import Calibration
+from storm.tools.sim.metrics import bounded_slowdown
 from storm.tools.sim.swf import SwfRecord
 
 MS = 1_000_000
+TINY = dynamic_sweep.Setup(count=12, seed=5, span_s=40.0, nodes=2, pes_per_node=2)
 
 
 def naive_dedicated(program: Program) -> int:
@@ -155,3 +161,120 @@ def test_the_faster_driver_runs_as_before(policy: str) -> None:
 def test_the_faster_driver_runs_a_drawn_workload_as_before() -> None:
     w = from_lublin(24, 3, 1, seed=5, span_s=20.0)
     same_as_before("fcs", w.at_load(0.9))
+
+
+def test_a_tiny_sweep_reports_what_the_cluster_measured(tmp_path: Path) -> None:
+    policies, loads = list(dynamic_sweep.POLICIES), [0.6, 1.5]
+    said: list[str] = []
+    points = dynamic_sweep.run_sweep(TINY, policies, loads, tmp_path, say=said.append)
+    assert [(p["policy"], p["target_load"]) for p in points] == [(p, x) for p in policies for x in loads]
+    workload = TINY.workload()
+    for point in points:
+        # The same run again, straight through the cluster: the point's figures are its figures.
+        cluster = CoschedCluster(
+            2, 2, point["policy"], mpl=6, costs=Calibration().costs, seed=TINY.seed, profile=False
+        )
+        result = cluster.run(workload.at_load(point["target_load"]), limit_ns=10**6 * NS)
+        isolated = {j.name: j.isolated_s for j in workload.jobs}
+        responses = [j.response for j in result.jobs]
+        summary = point["summary"]
+        assert summary["jobs"] == 12
+        assert summary["mean_response"] == pytest.approx(statistics.fmean(responses))
+        assert summary["median_response"] == pytest.approx(statistics.median(responses))
+        slowdowns = [bounded_slowdown(j.response, isolated[j.name]) for j in result.jobs]
+        assert summary["mean_bsld"] == pytest.approx(statistics.fmean(slowdowns))
+        busy = sum(c.busy_ns for c in result.pes)
+        total = sum(c.busy_ns + c.spin_ns + c.switch_ns + c.idle_ns for c in result.pes)
+        assert summary["cpu"]["computing"] == pytest.approx(busy / total)
+        assert sum(summary["cpu"].values()) == pytest.approx(1.0)
+        assert point["offered_load"] == pytest.approx(point["target_load"])
+    # Contention at the higher load: time sharing shows in the CPU breakdown.
+    gang = next(p for p in points if p["policy"] == "gang" and p["target_load"] == 1.5)
+    assert gang["summary"]["cpu"]["switching"] > 0
+    # Every point was written as it ended; run again, they are read back, not run.
+    assert len(list((tmp_path / "points").glob("*.json"))) == 8
+    again = dynamic_sweep.run_sweep(TINY, policies, loads, tmp_path, say=said.append)
+    assert again == points and sum("read from" in line for line in said) == 8
+    # Another setup does not reuse them.
+    other = dataclasses.replace(TINY, seed=2)
+    assert dynamic_sweep.read_point(dynamic_sweep.point_path(tmp_path, "fcs", 0.6), other, "fcs", 0.6) is None
+    report = dynamic_report.report(points)
+    assert report["fig8"]["size"] == 6 and set(report["fig8"]["halves"]["shortest"]) == set(policies)
+    text = dynamic_report.markdown(report, "setup")
+    assert "| FCS | 0.600 |" in text and "### Fig. 8" in text and "Against the paper" in text
+
+
+def line(pairs: list[tuple[float, float]], bsld: float = 1.0) -> list[dict[str, float]]:
+    return [{"offered_load": o, "accepted_load": a, "mean_bsld": bsld} for o, a in pairs]
+
+
+def test_saturation_is_where_the_accepted_load_stops_following() -> None:
+    tracking = [(0.5, 0.49), (0.6, 0.58), (0.7, 0.68), (0.8, 0.77), (0.9, 0.86)]
+    assert dynamic_report.saturation(line(tracking)) is None
+    flat = [(0.5, 0.49), (0.6, 0.58), (0.7, 0.68), (0.74, 0.71), (0.8, 0.715), (0.9, 0.72)]
+    assert dynamic_report.saturation(line(flat)) == 0.8  # grew 0.005 for 0.06 offered
+    # Exactly half the offered growth still tracks; a hair under does not.
+    assert dynamic_report.saturation(line([(0.5, 0.5), (0.7, 0.6)])) is None
+    assert dynamic_report.saturation(line([(0.5, 0.5), (0.7, 0.5999)])) == 0.7
+    assert dynamic_report.bsld_saturation(line(tracking, 150.0)) == 0.5
+    assert dynamic_report.bsld_saturation(line(tracking, 99.0)) is None
+
+
+def test_quantiles_interpolate() -> None:
+    assert dynamic_report.quantile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
+    assert dynamic_report.quantile([1.0, 2.0], 0.0) == 1.0 and dynamic_report.quantile([1.0, 2.0], 1.0) == 2.0
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["dynamic", *argv])
+
+
+def test_the_cli_defaults_are_the_setups() -> None:
+    setup = dynamic_cli.setup_from(parse())
+    assert setup == dynamic_sweep.Setup()
+    given = dynamic_cli.setup_from(parse("--count", "50", "--granularity", "2,500", "--imbalanced", "0"))
+    assert given.count == 50 and given.draws == Draws(0.002, 0.5, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--loads", "0.5,x"], "--loads: comma-separated numbers"),
+        (["--loads", "0.5,-1"], "--loads: positive numbers"),
+        (["--granularity", "5,1"], "--granularity: MIN,MAX"),
+        (["--imbalanced", "1.5"], "--imbalanced: a share between 0 and 1"),
+        (["--count", "1"], "--count: at least 2 jobs"),
+        (["--policies", "gang,rr"], "unknown policy 'rr'"),
+        (["--jobs", "0"], "--jobs: at least 1"),
+    ],
+)
+def test_a_bad_option_is_a_clear_error(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["dynamic", "--dir", str(tmp_path), "--count", "12", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("storm sim dynamic: ") and message in err
+    assert not (tmp_path / "points").exists()
+
+
+COMMAND = ["dynamic", "--count", "12", "--seed", "1", "--span", "40", "--nodes", "2", "--pes-per-node", "2"]
+
+
+@pytest.fixture(scope="module")
+def matplotlib_warm(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """matplotlib keeps its font files open once it has drawn (a cache, not a leak), one per font and size:
+    draw the same chart once before the leak check counts the open files."""
+    directory = tmp_path_factory.mktemp("warm")
+    argv = [*COMMAND, "--policies", "batch", "--loads", "0.6", "-j", "1", "--dir", str(directory)]
+    assert cli.main(argv) == 0
+
+
+@pytest.mark.usefixtures("matplotlib_warm")
+def test_the_command_writes_its_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*COMMAND, "--policies", "batch,fcs", "--loads", "0.6", "-j", "1", "--dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## storm sim dynamic") and "ours" in out.lower()
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert set(data["curves"]) == {"batch", "fcs"} and (tmp_path / "report.md").read_text() == out
+    assert (tmp_path / "report.png").stat().st_size > 0
