@@ -1,4 +1,5 @@
-"""``storm sim run | sweep | generate | compare``: the simulator's command line (``storm sim run --help``).
+"""``storm sim run | sweep | generate | compare | dynamic | scenarios``: the simulator's command line
+(``storm sim run --help``).
 
 ``point`` is not listed: it is what each job of ``storm sim sweep --submit`` runs."""
 
@@ -387,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--dir", help="the local cluster's directory (default: a temporary one, removed)")
     co.add_argument("--json", help="write every job's times and the summary here")
     co.set_defaults(func=cmd_compare)
+    from storm.tools.sim.cosched.dynamic_cli import add_parser as add_dynamic
+
+    add_dynamic(sub)
     sub.add_parser(
         "scenarios",
         help="the FCS paper's scenarios under batch, gang, sb and fcs through storm's cores over the node "

@@ -68,11 +68,14 @@ class SimulationError(RuntimeError):
 
 @dataclass(frozen=True)
 class SimJob:
-    """A job to submit: its program (one rank per PE it asks for) at ``submit_ns``."""
+    """A job to submit: its program (one rank per PE it asks for) at ``submit_ns``, with its requested time
+    in seconds (None: unlimited). The limit only informs the MM's EASY reservations: the driver never calls
+    the MM's tick, so no job is killed at its limit."""
 
     name: str
     program: Program
     submit_ns: int = 0
+    time_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,10 @@ class CoschedCluster:
         costs: Costs = NO_COSTS,
         fcs: p.FcsParameters | None = None,
         seed: int = 0,
+        profile: bool = True,
     ) -> None:
+        """``profile``: the node cores profile every rank at every slice, as the live benchmark's do
+        ([nm] profile); it decides nothing, and a long run is faster without it."""
         self.nodes_count = nodes
         self.pes_per_node = pes_per_node
         self.policy_name = policy
@@ -156,6 +162,7 @@ class CoschedCluster:
         )  # fmt: skip
         self.caller = Account(os.getuid(), os.getgid(), "sim")  # launches run as a user this host knows
         self.nodes: dict[str, Node] = {}
+        self.monitors: dict[str, SimMonitor] = {}
         self.inbox: deque[tuple[str, p.Message]] = deque()  # node reports on their way to the MM
         self.launches: dict[int, dict[str, p.LaunchJob]] = {}  # job -> node -> its launch, until started
         self.programs: dict[int, tuple[str, Program]] = {}  # MM job id -> (name, program)
@@ -164,6 +171,12 @@ class CoschedCluster:
         self.class_changes: list[p.ClassChange] = []  # FCS: as the node cores report them to the MM
         self.slices = 0
         self.now_ns = 0
+        self.profile = profile
+        # A node without jobs gets only the last heartbeat, just before anything else reaches it (see
+        # _heartbeat). False: every node gets every heartbeat as it is sent (the tests compare the two).
+        self.defer_idle = True
+        self.deferred: dict[str, tuple[p.Heartbeat, float]] = {}
+        self.kept = 0  # node heartbeats kept, not delivered
 
     # ------------------------------------------------------------------------------------------ the run
 
@@ -176,6 +189,8 @@ class CoschedCluster:
             with tempfile.TemporaryDirectory(prefix="storm-sim-") as run_dir:
                 self._boot(Path(run_dir))
                 self._run(sorted(jobs, key=lambda j: j.submit_ns), limit_ns)
+                for name in list(self.deferred):
+                    self._node(name)  # every node core ends as it would have with every heartbeat
         finally:
             logger.setLevel(level)
         return self._result(time.perf_counter() - started)
@@ -185,9 +200,10 @@ class CoschedCluster:
         for i in range(self.nodes_count):
             name = f"n{i}"
             processes = SimProcesses(self.table)
+            self.monitors[name] = SimMonitor(processes, name)
             node = Node(
-                NMConfig(kill_grace=1.0, profile=True), name, list(range(self.pes_per_node)), run_dir / name,
-                epoch=f"sim-nm-{i}", processes=processes, measurements=SimMonitor(processes, name),
+                NMConfig(kill_grace=1.0, profile=self.profile), name, list(range(self.pes_per_node)),
+                run_dir / name, epoch=f"sim-nm-{i}", processes=processes, measurements=self.monitors[name],
             )  # fmt: skip
             # Any path will do: a simulated rank loads no library, but the node core makes a job's record
             # segment (and so measures it) only when mpihook is there to write it.
@@ -229,9 +245,19 @@ class CoschedCluster:
             if upcoming is None or (until is not None and upcoming > until):
                 return
             self._at(upcoming)
-            if any(model.completion_ns(j) is not None for j in self.running):
+            if self._ended():
                 self._end_jobs()
                 self._settle()
+
+    def _ended(self) -> list[int]:
+        """The running jobs whose program has ended, in the order they were started. O(running jobs).
+
+        Read from the model's record of each job as it stands. ``completion_ns`` would first catch up
+        every job that the model's shortcut walks (one alone on its PEs), and after every event that was
+        most of a run's time; it is not needed: such a job's end is an event of its own, which
+        ``advance`` has run by the time the end is due."""
+        jobs = self.model._jobs
+        return [j for j in self.running if jobs[j].completion_ns is not None]
 
     def _at(self, now_ns: int) -> None:
         self.model.advance(now_ns)
@@ -244,7 +270,10 @@ class CoschedCluster:
     # ------------------------------------------------------------------------------------------ stimuli
 
     def _submit(self, job: SimJob) -> None:
-        msg = p.SubmitJob(ranks=job.program.ranks, argv=("bsp",), cwd="/tmp", env={}, name=job.name)
+        msg = p.SubmitJob(
+            ranks=job.program.ranks, argv=("bsp",), cwd="/tmp", env={}, name=job.name,
+            time_limit=job.time_limit,
+        )  # fmt: skip
         effects = self.ctl.handle(msg, self.now, self.caller)
         reply = effects[0]
         if not (isinstance(reply, Reply) and isinstance(reply.message, p.JobSubmitted)):
@@ -253,15 +282,37 @@ class CoschedCluster:
         self._carry_out(effects[1:], None)
 
     def _heartbeat(self) -> None:
+        """The MM's heartbeat to every node core. O(nodes) plus the node cores' work on their jobs.
+
+        A node core without jobs would only take note of the heartbeat: nothing to sample, classify or
+        switch, nothing to report. The heartbeat is kept for it instead, replaced by the next, and given to
+        it (at the instant it was sent) before anything else reaches it: its state is then what it would
+        have been, since a heartbeat's effects on a node without jobs do not depend on the ones before
+        (the newest seq and row win). In the dynamic sweeps most node heartbeats are of this kind."""
         for effect in self.ctl.heartbeat(self.now):
             if isinstance(effect, Publish):
                 self.slices += 1
                 for name, node in self.nodes.items():
-                    self._outcome(name, node.heartbeat(effect.heartbeat, self.now, self.now))
+                    if self.defer_idle and not (node.jobs or node.switcher.units or self.monitors[name].jobs):
+                        self.deferred[name] = (effect.heartbeat, self.now)
+                        self.kept += 1
+                    else:
+                        self._outcome(name, self._node(name).heartbeat(effect.heartbeat, self.now, self.now))
+
+    def _node(self, name: str) -> Node:
+        """The node core ``name``, about to be told something: first the heartbeat kept for it, if any."""
+        node = self.nodes[name]
+        kept = self.deferred.pop(name, None)
+        if kept is not None:
+            beat, sent = kept
+            out = node.heartbeat(beat, sent, sent)
+            if out.to_mm or out.check is not None or out.report_now:
+                raise SimulationError(f"{name} acted on a heartbeat kept while it had no jobs")
+        return node
 
     def _end_jobs(self) -> None:
         """Play the job shells of the jobs whose program ended: every rank exited with 0."""
-        for job_id in [j for j in self.running if self.model.completion_ns(j) is not None]:
+        for job_id in self._ended():
             self.running.remove(job_id)
             for name, node in self.nodes.items():
                 local = node.jobs.get(job_id)
@@ -269,7 +320,8 @@ class CoschedCluster:
                     continue
                 exits = tuple(p.RankExit(rank=s.rank, exit_code=0) for s in local.launch.slots)
                 done = p.ShellDone(job_id=job_id, exits=exits)
-                self._outcome(name, node.from_shell(b"shell", done, (local.shell_pid, os.getuid()), self.now))
+                out = self._node(name).from_shell(b"shell", done, (local.shell_pid, os.getuid()), self.now)
+                self._outcome(name, out)
 
     def _start_jobs(self) -> None:
         """Jobs every node of which has its launch: start the program in the model, then tell each node
@@ -305,7 +357,7 @@ class CoschedCluster:
                 shell = self.nodes[name].jobs[job_id].shell_pid
                 msg = p.RanksStarted(job_id=job_id, pids=pids[name])
                 self._outcome(
-                    name, self.nodes[name].from_shell(b"shell", msg, (shell, os.getuid()), self.now)
+                    name, self._node(name).from_shell(b"shell", msg, (shell, os.getuid()), self.now)
                 )
 
     # ------------------------------------------------------------------------------------------ messages
@@ -331,13 +383,13 @@ class CoschedCluster:
             if isinstance(effect, Send):
                 if isinstance(effect.message, p.LaunchJob):
                     self.launches.setdefault(effect.message.job_id, {})[effect.node] = effect.message
-                self._outcome(effect.node, self.nodes[effect.node].from_mm(effect.message, self.now))
+                self._outcome(effect.node, self._node(effect.node).from_mm(effect.message, self.now))
             elif isinstance(effect, Reply):
                 if origin is None:
                     continue
                 if isinstance(effect.message, p.Error):
                     raise SimulationError(f"storm-mm refused a report of {origin}: {effect.message.text}")
-                self._outcome(origin, self.nodes[origin].from_mm(effect.message, self.now))
+                self._outcome(origin, self._node(origin).from_mm(effect.message, self.now))
             elif isinstance(effect, JobEnded):
                 self.ended[effect.job.id] = effect
             elif not isinstance(effect, Publish):
@@ -345,7 +397,7 @@ class CoschedCluster:
 
     def _outcome(self, name: str, out: Outcome) -> None:
         """What a node core decided: its reports go to the MM, its switch is done after the switch cost."""
-        node = self.nodes[name]
+        node = self._node(name)
         for msg in out.to_mm:
             self.inbox.append((name, msg))
             if isinstance(msg, p.JobStats):

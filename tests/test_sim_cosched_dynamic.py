@@ -1,0 +1,280 @@
+"""``storm sim dynamic``: the FCS paper's dynamic workload (tools/sim/cosched/dynamic*.py), the driver's
+kept heartbeats (cluster.py), and the fast Program.dedicated_ns. Small workloads only: fast, no traces."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import statistics
+from pathlib import Path
+
+import pytest
+
+from storm.tools.sim import cli
+from storm.tools.sim.cosched import dynamic_cli, dynamic_report, dynamic_sweep
+from storm.tools.sim.cosched.cluster import NS, CoschedCluster, SimJob
+from storm.tools.sim.cosched.dynamic import Draws, fit_size, from_lublin, from_trace, program_for
+from storm.tools.sim.cosched.program import Pattern, Program
+from storm.tools.sim.cosched.scenarios import Calibration
+from storm.tools.sim.metrics import bounded_slowdown
+from storm.tools.sim.swf import SwfRecord
+
+MS = 1_000_000
+TINY = dynamic_sweep.Setup(count=12, seed=5, span_s=40.0, nodes=2, pes_per_node=2)
+
+
+def naive_dedicated(program: Program) -> int:
+    """The leave-time recurrence, every iteration (what dedicated_ns extrapolates)."""
+    leave = [0] * program.ranks
+    for _ in range(program.iterations):
+        enter = [leave[r] + program.compute_ns[r] for r in range(program.ranks)]
+        if not program.communicates:
+            leave = enter
+            continue
+        leave = [
+            max([enter[r]] + [enter[p] + program.latency_ns for p in program.partners(r)])
+            for r in range(program.ranks)
+        ]
+    return max(leave)
+
+
+def test_dedicated_ns_extrapolates_exactly() -> None:
+    rng = random.Random(7)
+    for _ in range(600):
+        ranks = rng.randint(1, 7)
+        compute = tuple(rng.choice((0, rng.randint(0, 90))) for _ in range(ranks))
+        program = Program(compute, rng.randint(1, 30), rng.choice(list(Pattern)), rng.randint(0, 60))
+        assert program.dedicated_ns() == naive_dedicated(program), program
+
+
+def test_lublin_workload_fits_the_machine_and_offers_what_it_says() -> None:
+    w = from_lublin(300, 16, 2, seed=4)
+    assert len(w.jobs) == 300 and w.pes == 32
+    assert all(1 <= j.size <= 32 for j in w.jobs)
+    assert min(j.arrival_s for j in w.jobs) == 0.0
+    # The paper's definition, by hand: sum(isolated runtime x size) / (PEs x last arrival).
+    work = sum(j.program.dedicated_ns() / NS * j.program.ranks for j in w.jobs)
+    assert w.offered_load() == pytest.approx(work / (32 * max(j.arrival_s for j in w.jobs)))
+    # The runtimes are scaled for 80% load over the reference span (up to the programs' rounding).
+    assert w.last_arrival_s == pytest.approx(7200.0, rel=1e-9)
+    assert w.offered_load() == pytest.approx(0.8, rel=0.01)
+    for load in (0.5, 0.9):
+        jobs = w.at_load(load)
+        span = max(j.submit_ns for j in jobs) / NS
+        assert work / (32 * span) == pytest.approx(load, rel=1e-6)
+        # Only the arrivals move: the programs and the limits stay.
+        assert [j.program for j in jobs] == [j.program for j in w.jobs]
+    for job, sim in zip(w.jobs, w.at_load(0.7), strict=True):
+        assert sim.time_limit == math.ceil(job.isolated_s) >= job.isolated_s
+        assert job.isolated_ns == job.program.dedicated_ns()
+
+
+def test_the_draws_are_per_seed_and_look_as_asked() -> None:
+    a, b, c = from_lublin(400, seed=2), from_lublin(400, seed=2), from_lublin(400, seed=3)
+    assert a == b and a != c
+    multi = [j for j in a.jobs if j.size > 1]
+    patterns = {j.program.pattern for j in multi}
+    assert patterns == {Pattern.RING, Pattern.ALLREDUCE, Pattern.NONE}
+    assert all(j.program.pattern is Pattern.NONE and not j.imbalanced for j in a.jobs if j.size == 1)
+    share = sum(j.imbalanced for j in multi) / len(multi)
+    assert 0.4 < share < 0.6
+    for job in a.jobs:
+        compute = job.program.compute_ns
+        if job.imbalanced:  # the odd ranks compute twice the even ones'
+            assert all(c == round(2 * compute[0]) for c in compute[1::2])
+            assert set(compute[::2]) == {compute[0]}
+        else:
+            assert len(set(compute)) == 1
+    # Log-uniform over 1 ms .. 1 s: a median near the geometric middle, 32 ms. Jobs shorter than their
+    # draw have fewer, shorter iterations, so look at the long jobs only.
+    long = [j.granularity_ns / MS for j in a.jobs if j.isolated_s > 10]
+    assert min(long) >= 1 and max(long) <= 1000 and 8 < statistics.median(long) < 120
+
+
+def test_a_program_runs_as_long_as_its_target() -> None:
+    draws = Draws()
+    for pattern in Pattern:
+        for imbalanced in (False, True):
+            for target, granularity in ((60 * NS, MS), (5 * NS, 300 * MS), (40 * MS, 900 * MS)):
+                program = program_for(
+                    8, target, granularity, pattern=pattern, imbalanced=imbalanced, draws=draws
+                )
+                slowest = max(program.compute_ns) + program.latency_ns
+                assert abs(program.dedicated_ns() - target) <= slowest, (pattern, imbalanced, target)
+
+
+def test_a_trace_is_fitted_to_the_machine() -> None:
+    assert [fit_size(p, 32, 128, "scale") for p in (1, 4, 64, 128)] == [1, 1, 16, 32]
+    assert [fit_size(p, 32, 128, "cap") for p in (1, 33, 128)] == [1, 32, 32]
+    assert [fit_size(p, 32, 128, "drop") for p in (32, 33)] == [32, None]
+    records = [SwfRecord(i + 1, 100.0 * i, runtime=50.0 + i, procs=[1, 64, 128, 8][i % 4]) for i in range(10)]
+    records.append(SwfRecord(11, 5000.0, runtime=0, procs=4))  # never ran: left out, as storm sim does
+    w = from_trace(records, 128, "t.swf", count=None, nodes=16, pes_per_node=2, sizes="drop")
+    assert len(w.jobs) == 5 and all(j.size <= 32 for j in w.jobs)  # 1 and 8 only
+    w = from_trace(records, 128, "t.swf", count=6, nodes=16, pes_per_node=2)
+    assert [j.size for j in w.jobs] == [1, 16, 32, 2, 1, 16]
+    assert w.offered_load() == pytest.approx(0.8, rel=0.01)
+
+
+def as_before(cluster: CoschedCluster) -> CoschedCluster:
+    """The driver as it was before it was made faster: every heartbeat to every node core, and after every
+    event each running job caught up by ``completion_ns`` to see whether it ended."""
+    cluster.defer_idle = False
+
+    def ended() -> list[int]:
+        return [j for j in cluster.running if cluster.model.completion_ns(j) is not None]
+
+    cluster._ended = ended  # type: ignore[method-assign]
+    return cluster
+
+
+def same_as_before(policy: str, jobs: list[SimJob], nodes: int = 3) -> None:
+    results = []
+    for before in (True, False):
+        cluster = CoschedCluster(nodes, 1, policy, mpl=3, costs=Calibration().costs)
+        if before:
+            as_before(cluster)
+        result = cluster.run(jobs)
+        assert (cluster.kept > 0) == (not before and policy in ("gang", "fcs"))
+        results.append(dataclasses.replace(result, wall_seconds=0.0))
+    assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("policy", ["gang", "sb", "fcs"])
+def test_the_faster_driver_runs_as_before(policy: str) -> None:
+    # Nodes fall idle and get jobs again, in several rows; jobs alone on their PEs (the model's shortcut)
+    # and jobs sharing them; classes under FCS, stops under gang.
+    imbalanced = Program((MS, 2_200_000), 400, latency_ns=5_000)
+    jobs = [
+        SimJob("a", Program.balanced(1, 3 * MS, 300), 0),
+        SimJob("b", imbalanced, 200 * MS, time_limit=2.0),
+        SimJob("c", Program.balanced(3, MS, 700, latency_ns=5_000), 450 * MS),
+        SimJob("d", Program.balanced(2, 20 * MS, 40, Pattern.ALLREDUCE), 2_350 * MS),
+        SimJob("e", Program.balanced(1, 5 * MS, 100), 4_000 * MS),
+    ]
+    same_as_before(policy, jobs)
+
+
+def test_the_faster_driver_runs_a_drawn_workload_as_before() -> None:
+    w = from_lublin(24, 3, 1, seed=5, span_s=20.0)
+    same_as_before("fcs", w.at_load(0.9))
+
+
+def test_a_tiny_sweep_reports_what_the_cluster_measured(tmp_path: Path) -> None:
+    policies, loads = list(dynamic_sweep.POLICIES), [0.6, 1.5]
+    said: list[str] = []
+    points = dynamic_sweep.run_sweep(TINY, policies, loads, tmp_path, say=said.append)
+    assert [(p["policy"], p["target_load"]) for p in points] == [(p, x) for p in policies for x in loads]
+    workload = TINY.workload()
+    for point in points:
+        # The same run again, straight through the cluster: the point's figures are its figures.
+        cluster = CoschedCluster(
+            2, 2, point["policy"], mpl=6, costs=Calibration().costs, seed=TINY.seed, profile=False
+        )
+        result = cluster.run(workload.at_load(point["target_load"]), limit_ns=10**6 * NS)
+        isolated = {j.name: j.isolated_s for j in workload.jobs}
+        responses = [j.response for j in result.jobs]
+        summary = point["summary"]
+        assert summary["jobs"] == 12
+        assert summary["mean_response"] == pytest.approx(statistics.fmean(responses))
+        assert summary["median_response"] == pytest.approx(statistics.median(responses))
+        slowdowns = [bounded_slowdown(j.response, isolated[j.name]) for j in result.jobs]
+        assert summary["mean_bsld"] == pytest.approx(statistics.fmean(slowdowns))
+        busy = sum(c.busy_ns for c in result.pes)
+        total = sum(c.busy_ns + c.spin_ns + c.switch_ns + c.idle_ns for c in result.pes)
+        assert summary["cpu"]["computing"] == pytest.approx(busy / total)
+        assert sum(summary["cpu"].values()) == pytest.approx(1.0)
+        assert point["offered_load"] == pytest.approx(point["target_load"])
+    # Contention at the higher load: time sharing shows in the CPU breakdown.
+    gang = next(p for p in points if p["policy"] == "gang" and p["target_load"] == 1.5)
+    assert gang["summary"]["cpu"]["switching"] > 0
+    # Every point was written as it ended; run again, they are read back, not run.
+    assert len(list((tmp_path / "points").glob("*.json"))) == 8
+    again = dynamic_sweep.run_sweep(TINY, policies, loads, tmp_path, say=said.append)
+    assert again == points and sum("read from" in line for line in said) == 8
+    # Another setup does not reuse them.
+    other = dataclasses.replace(TINY, seed=2)
+    assert dynamic_sweep.read_point(dynamic_sweep.point_path(tmp_path, "fcs", 0.6), other, "fcs", 0.6) is None
+    report = dynamic_report.report(points)
+    assert report["fig8"]["size"] == 6 and set(report["fig8"]["halves"]["shortest"]) == set(policies)
+    text = dynamic_report.markdown(report, "setup")
+    assert "| FCS | 0.600 |" in text and "### Fig. 8" in text and "Against the paper" in text
+
+
+def line(pairs: list[tuple[float, float]], bsld: float = 1.0) -> list[dict[str, float]]:
+    return [{"offered_load": o, "accepted_load": a, "mean_bsld": bsld} for o, a in pairs]
+
+
+def test_saturation_is_where_the_accepted_load_stops_following() -> None:
+    tracking = [(0.5, 0.49), (0.6, 0.58), (0.7, 0.68), (0.8, 0.77), (0.9, 0.86)]
+    assert dynamic_report.saturation(line(tracking)) is None
+    flat = [(0.5, 0.49), (0.6, 0.58), (0.7, 0.68), (0.74, 0.71), (0.8, 0.715), (0.9, 0.72)]
+    assert dynamic_report.saturation(line(flat)) == 0.8  # grew 0.005 for 0.06 offered
+    # Exactly half the offered growth still tracks; a hair under does not.
+    assert dynamic_report.saturation(line([(0.5, 0.5), (0.7, 0.6)])) is None
+    assert dynamic_report.saturation(line([(0.5, 0.5), (0.7, 0.5999)])) == 0.7
+    assert dynamic_report.bsld_saturation(line(tracking, 150.0)) == 0.5
+    assert dynamic_report.bsld_saturation(line(tracking, 99.0)) is None
+
+
+def test_quantiles_interpolate() -> None:
+    assert dynamic_report.quantile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
+    assert dynamic_report.quantile([1.0, 2.0], 0.0) == 1.0 and dynamic_report.quantile([1.0, 2.0], 1.0) == 2.0
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["dynamic", *argv])
+
+
+def test_the_cli_defaults_are_the_setups() -> None:
+    setup = dynamic_cli.setup_from(parse())
+    assert setup == dynamic_sweep.Setup()
+    given = dynamic_cli.setup_from(parse("--count", "50", "--granularity", "2,500", "--imbalanced", "0"))
+    assert given.count == 50 and given.draws == Draws(0.002, 0.5, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--loads", "0.5,x"], "--loads: comma-separated numbers"),
+        (["--loads", "0.5,-1"], "--loads: positive numbers"),
+        (["--granularity", "5,1"], "--granularity: MIN,MAX"),
+        (["--imbalanced", "1.5"], "--imbalanced: a share between 0 and 1"),
+        (["--count", "1"], "--count: at least 2 jobs"),
+        (["--policies", "gang,rr"], "unknown policy 'rr'"),
+        (["--jobs", "0"], "--jobs: at least 1"),
+    ],
+)
+def test_a_bad_option_is_a_clear_error(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["dynamic", "--dir", str(tmp_path), "--count", "12", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("storm sim dynamic: ") and message in err
+    assert not (tmp_path / "points").exists()
+
+
+COMMAND = ["dynamic", "--count", "12", "--seed", "1", "--span", "40", "--nodes", "2", "--pes-per-node", "2"]
+
+
+@pytest.fixture(scope="module")
+def matplotlib_warm(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """matplotlib keeps its font files open once it has drawn (a cache, not a leak), one per font and size:
+    draw the same chart once before the leak check counts the open files."""
+    directory = tmp_path_factory.mktemp("warm")
+    argv = [*COMMAND, "--policies", "batch", "--loads", "0.6", "-j", "1", "--dir", str(directory)]
+    assert cli.main(argv) == 0
+
+
+@pytest.mark.usefixtures("matplotlib_warm")
+def test_the_command_writes_its_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*COMMAND, "--policies", "batch,fcs", "--loads", "0.6", "-j", "1", "--dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## storm sim dynamic") and "ours" in out.lower()
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert set(data["curves"]) == {"batch", "fcs"} and (tmp_path / "report.md").read_text() == out
+    assert (tmp_path / "report.png").stat().st_size > 0
