@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from pathlib import Path
@@ -241,3 +242,13 @@ def test_main_refuses_a_command_that_cannot_run(
     assert cli.main(["submit", "-n", "1", "-t", "soon", "--", "/bin/sh"]) == 2
     assert "invalid time limit 'soon'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing was created for a refused job
+
+
+def test_storm_sim_offers_every_action_the_simulator_has() -> None:
+    """tools/cli.py names them without importing the simulator: the two lists must agree."""
+    from storm.tools.cli import SIM_ACTIONS
+    from storm.tools.sim.cli import build_parser as sim_parser
+
+    parser = sim_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(SIM_ACTIONS) == set(sub.choices) - {"point"}  # point: one job of a submitted sweep

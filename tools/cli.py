@@ -225,6 +225,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return status
 
 
+# tools/sim/cli.py's actions, named here so that `storm --help` need not import the simulator.
+SIM_ACTIONS = ("run", "sweep", "generate", "compare", "scenarios", "dynamic", "clusterschedsim")
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from storm.tools.sim.cli import main as sim_main
 
@@ -385,9 +389,10 @@ def add_cluster_commands(sub: Any) -> None:
         "sim",
         help="simulate storm-mm's scheduling of a workload trace (SWF)",
         description="Discrete-event simulation with storm-mm's own core: run, sweep, generate, compare; "
-        "scenarios: the FCS paper's scenarios through storm-mm's and storm-nm's cores over the node model.",
+        "with storm-nm's cores over the node model: scenarios (the FCS paper's synthetic ones), dynamic "
+        "(its dynamic workload over offered loads), clusterschedsim (ClusterSchedSim's schemes).",
     )
-    si.add_argument("action", choices=("run", "sweep", "generate", "compare", "scenarios"))
+    si.add_argument("action", choices=SIM_ACTIONS)
     si.add_argument("options", nargs=argparse.REMAINDER, help="the action's own options (--help)")
     si.set_defaults(func=cmd_sim)
 
