@@ -120,9 +120,11 @@ def test_a_trace_is_fitted_to_the_machine() -> None:
 
 
 def as_before(cluster: CoschedCluster) -> CoschedCluster:
-    """The driver as it was before it was made faster: every heartbeat to every node core, and after every
-    event each running job caught up by ``completion_ns`` to see whether it ended."""
+    """The driver as it was before it was made faster: every heartbeat to every node core, the model run
+    one event instant at a time, and after each every running job caught up by ``completion_ns`` to see
+    whether it ended."""
     cluster.defer_idle = False
+    cluster.step_events = True
 
     def ended() -> list[int]:
         return [j for j in cluster.running if cluster.model.completion_ns(j) is not None]
@@ -158,9 +160,30 @@ def test_the_faster_driver_runs_as_before(policy: str) -> None:
     same_as_before(policy, jobs)
 
 
-def test_the_faster_driver_runs_a_drawn_workload_as_before() -> None:
+@pytest.mark.parametrize("policy", ["batch", "gang", "sb", "fcs"])
+def test_the_horizon_never_passes_a_jobs_end(policy: str) -> None:
+    w = from_lublin(24, 3, 1, seed=6, span_s=20.0)
+    cluster = CoschedCluster(3, 1, policy, mpl=3, costs=Calibration().costs)
+    seen: list[tuple[int, int, list[int]]] = []
+    horizon = cluster._horizon
+
+    def spy() -> int:
+        seen.append((cluster.now_ns, horizon(), list(cluster.running)))
+        return seen[-1][1]
+
+    cluster._horizon = spy  # type: ignore[method-assign]
+    result = cluster.run(w.at_load(1.2))
+    ends = {j.mm_id: round(j.end * NS) for j in result.jobs}
+    assert seen and all(ends[j] >= bound for _, bound, running in seen for j in running)
+    # ... and it is of use: while jobs run it mostly lies ahead, so the model is run in longer steps.
+    assert sum(bound > now for now, bound, running in seen if running) > len(seen) / 2
+
+
+@pytest.mark.parametrize("policy", ["sb", "fcs"])
+def test_the_faster_driver_runs_a_drawn_workload_as_before(policy: str) -> None:
+    # Tens of thousands of model events: jobs sharing PEs in 1.5 ms slices, others alone on theirs.
     w = from_lublin(24, 3, 1, seed=5, span_s=20.0)
-    same_as_before("fcs", w.at_load(0.9))
+    same_as_before(policy, w.at_load(0.9))
 
 
 def test_a_tiny_sweep_reports_what_the_cluster_measured(tmp_path: Path) -> None:

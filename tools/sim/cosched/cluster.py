@@ -49,11 +49,12 @@ from storm.mm.rights import Account
 from storm.mm.runs import seeded_nonces
 from storm.nm.node import Node, Outcome
 from storm.tools.sim.cosched.adapters import ProcessTable, SimMonitor, SimProcesses
-from storm.tools.sim.cosched.node import NO_COSTS, RUNNABLE, CoschedModel, Costs, PeCounters
+from storm.tools.sim.cosched.node import NO_COSTS, RUNNABLE, CoschedModel, Costs, PeCounters, Phase
 from storm.tools.sim.cosched.program import Program
 from storm.tools.sim.cosched.records import Reschedule, WaitMode
 
 NS = 1_000_000_000
+UNBOUNDED = 2**63  # a horizon without running jobs
 # The dynamic schemes: the node model's rescheduling, and the wait mode forced on every rank (None: sb's).
 DYNAMIC = {
     "dcs": (Reschedule.DCS, WaitMode.POLL), "pb": (Reschedule.PB, WaitMode.POLL),
@@ -167,6 +168,8 @@ class CoschedCluster:
         self.launches: dict[int, dict[str, p.LaunchJob]] = {}  # job -> node -> its launch, until started
         self.programs: dict[int, tuple[str, Program]] = {}  # MM job id -> (name, program)
         self.running: list[int] = []  # MM job ids started in the model and not ended
+        self.horizon: int | None = None  # no running job can end before this (None: to be worked out)
+        self.step_events = False  # True: the model is run one event instant at a time, as it was
         self.ended: dict[int, JobEnded] = {}
         self.class_changes: list[p.ClassChange] = []  # FCS: as the node cores report them to the MM
         self.slices = 0
@@ -244,10 +247,49 @@ class CoschedCluster:
             upcoming = model.next_event_ns()
             if upcoming is None or (until is not None and upcoming > until):
                 return
-            self._at(upcoming)
-            if self._ended():
+            # Every event before the horizon at once: one advance instead of one per event instant (each
+            # brings every PE up to its instant), and no job's end is passed by.
+            horizon = upcoming if self.step_events else self._horizon()
+            limit = horizon if until is None else min(horizon, until)
+            target = upcoming if limit <= upcoming or limit == UNBOUNDED else limit
+            self._at(target)
+            ended = self._ended()
+            if ended:
+                late = [j for j in ended if (model._jobs[j].completion_ns or 0) < target]
+                if late:
+                    raise SimulationError(f"jobs {late} ended before {target} ns: their end was run past")
                 self._end_jobs()
                 self._settle()
+
+    def _horizon(self) -> int:
+        """An instant no running job can end before: the least, over the running jobs, of when the job's
+        slowest rank could end if it had its PE to itself from the instant its state is as of. O(ranks
+        of the running jobs) when worked out again: when it is reached, or when a job starts or ends.
+
+        A rank needs the CPU of what is left of its computation and of every later iteration's, and it
+        gets at most a nanosecond of CPU per nanosecond. Its state is as of its PE's last sync, or, for a
+        job the model's shortcut walks, as of the walk (``fast_ns``)."""
+        if self.horizon is not None and self.horizon > self.now_ns:
+            return self.horizon
+        model = self.model
+        soonest: int | None = None
+        for job_id in self.running:
+            job = model._jobs[job_id]
+            iterations = job.program.iterations
+            end = 0
+            for index in job.processes:
+                process = model._processes[index]
+                if process.phase is Phase.DONE:
+                    continue
+                since = job.fast_ns if job.alone else model._pes[process.pe].synced_ns
+                need = (iterations - process.step - 1) * process.compute_ns
+                if process.phase is Phase.COMPUTE:
+                    need += process.remaining
+                end = max(end, since + need)
+            soonest = end if soonest is None else min(soonest, end)
+        # Without running jobs nothing can end: no bound on the step (the caller stops at its boundary).
+        self.horizon = soonest if soonest is not None else UNBOUNDED
+        return self.horizon
 
     def _ended(self) -> list[int]:
         """The running jobs whose program has ended, in the order they were started. O(running jobs).
@@ -314,6 +356,7 @@ class CoschedCluster:
         """Play the job shells of the jobs whose program ended: every rank exited with 0."""
         for job_id in self._ended():
             self.running.remove(job_id)
+            self.horizon = None
             for name, node in self.nodes.items():
                 local = node.jobs.get(job_id)
                 if local is None:
@@ -353,6 +396,7 @@ class CoschedCluster:
                 if control != RUNNABLE:
                     self.model.control(self.now_ns, (job_id, rank), control)
             self.running.append(job_id)
+            self.horizon = None
             for name in sorted(pids):
                 shell = self.nodes[name].jobs[job_id].shell_pid
                 msg = p.RanksStarted(job_id=job_id, pids=pids[name])

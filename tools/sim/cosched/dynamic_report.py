@@ -17,8 +17,9 @@ Saturation (ours, after the paper's "a relatively constant accepted load"): a po
 lowest swept load at which its accepted load grew by less than half as much as the offered load since the
 previous swept load (:data:`TRACKING`). Below saturation the machine takes the work in as it comes and the
 accepted load follows the offered load (less the jobs in flight at the last arrival); once the queue
-grows, the accepted load stays flat. The first mean bounded slowdown above
-sweep.py's 100 is reported beside it, as a second opinion.
+grows, the accepted load stays flat. The lowest load swept has nothing to be compared with: a policy
+saturated there already shows at the next. The first mean bounded slowdown above sweep.py's 100 is
+reported beside it, as a second opinion.
 """
 
 from __future__ import annotations
@@ -284,8 +285,8 @@ def markdown(data: Json, setup_text: str) -> str:
         "",
         "Rule (ours, after the paper's 'relatively constant accepted load'): the lowest swept offered load "
         f"at which the accepted load grew by less than {TRACKING:g} x the offered load's growth since the "
-        f"previous swept load. Beside it, the first load whose mean BSLD exceeds {SATURATION_BSLD:g} "
-        "(storm sim sweep's rule).",
+        f"previous swept load (so never the lowest load swept). Beside it, the first load whose mean BSLD "
+        f"exceeds {SATURATION_BSLD:g} (storm sim sweep's rule).",
         "",
         "| policy | saturates at (accepted-load rule) | mean BSLD > 100 from | paper |",
         "|---|---:|---:|---:|",
