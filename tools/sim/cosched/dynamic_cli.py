@@ -20,6 +20,12 @@ DEFAULTS = {
     "count": 1000, "seed": 0, "span": 7200.0, "mix": "typed", "sizes": "scale", "nodes": 16,
     "pes_per_node": 2, "mpl": 6, "slice_ms": 100.0, "granularity": "1,1000", "imbalanced": 0.5,
 }  # fmt: skip
+DESCRIPTION = """\
+The FCS paper's dynamic experiment (section 5, first set): 1,000 Lublin-Feitelson jobs (or an SWF
+trace's) as BSP programs of drawn granularity, pattern and imbalance, on 16 nodes x 2 PEs under
+FCFS+EASY, gang, SB and FCS (MPL 6, 100 ms slices), swept over offered loads. Each point's JSON is
+written into --dir as it ends, and a sweep run again with the same options reuses it. Writes
+report.json, report.md and report.png (with matplotlib) into --dir and prints the Markdown."""
 EXAMPLES = """examples:
   storm sim dynamic -j 2                                  # the paper's setup, into ./storm-sim-dynamic/
   storm sim dynamic --policies batch,fcs --loads 0.7,0.8,0.9 --dir quick
@@ -32,11 +38,7 @@ def add_parser(sub: Any) -> None:
     dy = sub.add_parser(
         "dynamic",
         help="the FCS paper's dynamic workload under batch, gang, sb and fcs over offered loads",
-        description="1,000 Lublin-Feitelson jobs (or an SWF trace's) as BSP programs of drawn granularity, "
-        "pattern and imbalance, on 16 nodes x 2 PEs under FCFS+EASY, gang, SB and FCS (MPL 6, 100 ms "
-        "slices), swept over offered loads; each point's JSON is written as it ends, and a sweep run again "
-        "with the same options reuses them. Writes report.json, report.md and report.png (with matplotlib) "
-        "into --dir and prints the Markdown.",
+        description=DESCRIPTION,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
