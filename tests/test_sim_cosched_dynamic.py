@@ -252,13 +252,6 @@ def parse(*argv: str) -> argparse.Namespace:
     return cli.build_parser().parse_args(["dynamic", *argv])
 
 
-def test_storm_sim_dynamic_reaches_it() -> None:
-    from storm.tools import cli as storm_cli
-
-    args = storm_cli.build_parser().parse_args(["sim", "dynamic", "--count", "5"])
-    assert (args.action, args.options) == ("dynamic", ["--count", "5"])
-
-
 def test_the_cli_defaults_are_the_setups() -> None:
     setup = dynamic_cli.setup_from(parse())
     assert setup == dynamic_sweep.Setup()

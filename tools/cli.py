@@ -385,10 +385,9 @@ def add_cluster_commands(sub: Any) -> None:
         "sim",
         help="simulate storm-mm's scheduling of a workload trace (SWF)",
         description="Discrete-event simulation with storm-mm's own core: run, sweep, generate, compare; "
-        "scenarios and dynamic: the FCS paper's scenarios and its dynamic workload through storm-mm's and "
-        "storm-nm's cores over the node model.",
+        "scenarios: the FCS paper's scenarios through storm-mm's and storm-nm's cores over the node model.",
     )
-    si.add_argument("action", choices=("run", "sweep", "generate", "compare", "scenarios", "dynamic"))
+    si.add_argument("action", choices=("run", "sweep", "generate", "compare", "scenarios"))
     si.add_argument("options", nargs=argparse.REMAINDER, help="the action's own options (--help)")
     si.set_defaults(func=cmd_sim)
 
