@@ -10,9 +10,10 @@ simulated node decides (SIGSTOP/SIGCONT, nice, poll or spin-block, FCS's classes
   start a job shell through the process seam; once every node of the job has one, the driver starts the
   job's :class:`Program` in the model and plays the shell: RanksStarted with the ranks' pids
   (``Node.from_shell``), whereupon the node core signals and steers them as the current slice wants;
-- every slice the MM's ``heartbeat(now)`` makes a Heartbeat, which every node core gets
+- every slice the MM's ``heartbeat(now)`` makes a Heartbeat, which every node core with jobs gets
   (``Node.heartbeat``): it samples the measurements, classifies (FCS) and switches; the switch's check is
-  answered as done (``Node.switch_checked``) after the model's context-switch cost;
+  answered as done (``Node.switch_checked``) after the model's context-switch cost. A node core without
+  jobs gets the last heartbeat only, just before anything else reaches it (:meth:`_heartbeat`);
 - when the model says the job's program has ended, the driver plays the shell again (ShellDone), and the
   node core reports JobNodeDone to the MM, which frees the job's PEs and starts what is queued.
 
@@ -22,11 +23,12 @@ cores run it as sb (every rank runnable, no heartbeat), and the node model's loc
 asks, the -SB ones spin-block as sb's do.
 
 Messages take no time. Between two instants where the driver acts (a heartbeat, a submission) the model
-runs event by event, and after every event the driver looks for jobs that ended then. Deterministic: the
-MM's nonces are seeded, pids are handed out in order, nothing reads a wall clock but the run's own cost.
+runs up to the first instant a running job could end (:meth:`_horizon`), where the driver looks for jobs
+that ended, and so on. Deterministic: the MM's nonces are seeded, pids are handed out in order, nothing
+reads a wall clock but the run's own cost.
 
-Cost: a run is O(E x n) in the model's events E (n processes per PE) plus O(S x R) for S slices of R ranks
-through the node cores; the model dominates for fine-grained jobs.
+Cost: a run is O(E x n) in the model's events E (n processes per PE) plus O(S x R) for S slices of the R
+ranks on nodes with jobs through the node cores; the model dominates for fine-grained jobs.
 """
 
 from __future__ import annotations
