@@ -160,6 +160,16 @@ def test_the_faster_driver_runs_as_before(policy: str) -> None:
     same_as_before(policy, jobs)
 
 
+@pytest.mark.parametrize("policy", ["gang", "fcs"])
+def test_a_job_ends_the_instant_its_program_does(policy: str) -> None:
+    # Among them, jobs whose ranks all wait, stopped, for a message already in: the continue at the
+    # next heartbeat ends such a job then, with no event of the model at that instant.
+    w = from_lublin(40, 3, 1, seed=6, span_s=20.0)
+    cluster = CoschedCluster(3, 1, policy, mpl=3, costs=Calibration().costs)
+    result = cluster.run(w.at_load(1.2))
+    assert all(round(j.end * NS) == cluster.model.completion_ns(j.mm_id) for j in result.jobs)
+
+
 @pytest.mark.parametrize("policy", ["batch", "gang", "sb", "fcs"])
 def test_the_horizon_never_passes_a_jobs_end(policy: str) -> None:
     w = from_lublin(24, 3, 1, seed=6, span_s=20.0)

@@ -236,10 +236,14 @@ class CoschedCluster:
             while submits and submits[0].submit_ns == boundary:
                 self._submit(submits.popleft())
             self._settle()  # jobs submitted now are placed before this instant's heartbeat names a row
+            self._finish_ended()
             if next_beat == boundary:
                 self._heartbeat()
                 next_beat += self.slice_ns
             self._settle()
+            # A job whose ranks all waited, stopped, for messages already in ends the instant the heartbeat
+            # continues them: now, not at the model's next event.
+            self._finish_ended()
 
     def _run_model(self, until: int | None) -> None:
         """Run the model event by event up to ``until`` (None: until nothing is left to happen), ending
@@ -255,13 +259,17 @@ class CoschedCluster:
             limit = horizon if until is None else min(horizon, until)
             target = upcoming if limit <= upcoming or limit == UNBOUNDED else limit
             self._at(target)
-            ended = self._ended()
-            if ended:
-                late = [j for j in ended if (model._jobs[j].completion_ns or 0) < target]
-                if late:
-                    raise SimulationError(f"jobs {late} ended before {target} ns: their end was run past")
-                self._end_jobs()
-                self._settle()
+            self._finish_ended()
+
+    def _finish_ended(self) -> None:
+        """End the jobs whose program has ended, and then those that ended of what that set off (a node
+        core continuing another job's ranks), until none is left at this instant."""
+        while ended := self._ended():
+            late = [j for j in ended if (self.model._jobs[j].completion_ns or 0) < self.now_ns]
+            if late:
+                raise SimulationError(f"jobs {late} ended before {self.now_ns} ns: their end was run past")
+            self._end_jobs()
+            self._settle()
 
     def _horizon(self) -> int:
         """An instant no running job can end before: the least, over the running jobs, of when the job's
