@@ -75,8 +75,11 @@ def cases(draw: st.DrawFn) -> Case:
     return Case(pes, costs, tuple(jobs), tuple(changes), reads)
 
 
-def run(case: Case, shortcut: bool, jumped: list[int] | None = None) -> list[object]:
+def run(
+    case: Case, shortcut: bool, jumped: list[int] | None = None, step_slices: bool = False
+) -> list[object]:
     model = CoschedModel(case.pes, case.costs, shortcut=shortcut)
+    model.step_slices = step_slices
     seen: list[object] = []
     actions: list[tuple[int, int, object]] = []
     for job, (start, program, placement, control) in enumerate(case.jobs):

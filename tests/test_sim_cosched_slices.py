@@ -5,9 +5,11 @@ next multiple of 3 ms."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
 from storm.tools.sim.cosched.node import Control, CoschedModel, Costs, WaitMode
 from storm.tools.sim.cosched.program import Pattern, Program
+from tests.test_sim_cosched_shortcut import Case, cases, run
 
 MS = 1_000_000
 US = 1_000
@@ -123,3 +125,28 @@ def test_slice_zero_is_the_fluid_model(wait: WaitMode) -> None:
 def test_negative_costs_are_refused() -> None:
     with pytest.raises(ValueError):
         Costs(slice_ns=-1)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(cases().filter(lambda case: case.costs.slice_ns > 0))
+def test_whole_rounds_give_exactly_what_an_event_per_slice_gives(case: Case) -> None:
+    # slices.py skips the slice ends where nobody changes phase: the reference steps through every one.
+    for shortcut in (False, True):
+        assert run(case, shortcut) == run(case, shortcut, step_slices=True)
+
+
+def test_rounds_between_long_computations_cost_no_events() -> None:
+    # Three hogs of 300, 200 and 100 slices each: the events are their ends, not their 600 slice ends.
+    model = CoschedModel(1, SLICE)
+    for job, slices in enumerate((300, 200, 100)):
+        model.add_job(0, job, hog(slices * 3), [0])
+    model.run_until_done(LONG)
+    assert [model.completion_ns(j) for j in range(3)] == [600 * 3 * MS, 500 * 3 * MS, 300 * 3 * MS]
+    assert model.events_run < 10
+    stepped = CoschedModel(1, SLICE)
+    stepped.step_slices = True
+    for job, slices in enumerate((300, 200, 100)):
+        stepped.add_job(0, job, hog(slices * 3), [0])
+    stepped.run_until_done(LONG)
+    assert [stepped.completion_ns(j) for j in range(3)] == [600 * 3 * MS, 500 * 3 * MS, 300 * 3 * MS]
+    assert stepped.events_run > 500

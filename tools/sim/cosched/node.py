@@ -112,6 +112,9 @@ class CoschedModel:
         self._dirty: set[int] = set()  # PEs where a job may have become alone
         self.shortcut = shortcut
         self.events_run = 0
+        # True: an event at every end of a round-robin slice while others wait (the reference slices.py's
+        # rounds are tested against); False: only where someone's phase changes.
+        self.step_slices = False
         self.steps_jumped = 0  # iterations of jobs alone the shortcut skipped by whole periods (shortcut.py)
 
     # -- what the driver calls --------------------------------------------------------------------------
@@ -268,9 +271,14 @@ class CoschedModel:
     # -- the shortcut: jobs alone on their PEs (shortcut.py) ----------------------------------------------
 
     def _go_alone(self, now: int) -> None:
-        """Hand every job now alone on its PEs to the shortcut. O(m) for the m processes on dirty PEs
-        and the PEs of their jobs."""
+        """Drop finished processes from the dirty PEs' lists, and hand every job now alone on its PEs to
+        the shortcut. O(m) for the m processes on dirty PEs and the PEs of their jobs."""
         dirty, self._dirty = self._dirty, set()
+        for pe in dirty:
+            # A finished process stays in the model (its counters) but leaves its PE's list, which every
+            # sync and rescheduling walks: kept, it would make each of them O(processes ever placed there).
+            here = self._pes[pe]
+            here.processes = [i for i in here.processes if self._processes[i].phase is not Phase.DONE]
         if not self.shortcut:
             return
         seen: set[int] = set()
@@ -444,7 +452,7 @@ class CoschedModel:
                 c.io_ns += dt
         if self.costs.slice_ns:
             competing = []
-            used = slices.sync(self, pe, eff)
+            used = slices.sync(self, pe, pe.synced_ns + switching, now)
         for p in competing:
             share, p.carry = divmod(eff * p.weight + p.carry, total)
             used += credit(pe, p, share)

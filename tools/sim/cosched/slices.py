@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from storm.tools.sim.cosched import local
-from storm.tools.sim.cosched.records import credit
+from storm.tools.sim.cosched.records import Phase, credit
 
 if TYPE_CHECKING:
     from storm.tools.sim.cosched.node import CoschedModel
@@ -53,6 +53,7 @@ def update_queue(model: CoschedModel, pe_index: int, now: int) -> None:
     through what it was waiting for (a message in, a wake-up paid), which may change the queue again.
     O(n) per change of runner."""
     pe = model._pes[pe_index]
+    model._sync(pe_index, now)  # the rounds since its last sync first (sync)
     while True:
         if model.costs.local is not None and pe.running is not None:
             runner = model._processes[pe.running]
@@ -93,28 +94,93 @@ def update_queue(model: CoschedModel, pe_index: int, now: int) -> None:
         model._progress(head, now)
 
 
-def sync(model: CoschedModel, pe: _Pe, eff: int) -> int:
-    """Give the running process ``eff`` ns of CPU (the PE's time since its last sync, switches excluded);
-    return the CPU used. O(1)."""
+def sync(model: CoschedModel, pe: _Pe, start: int, now: int) -> int:
+    """Give the PE's CPU from ``start`` to ``now`` (its time since its last sync, a switch's excluded) to
+    the processes that run in it, and roll the queue past every slice end up to ``now``; return the CPU
+    used. O(n) for the n processes in the queue, however many rounds the time holds.
+
+    Between two of the PE's events nobody changes phase (next_change makes an event of every instant one
+    would), so the runner's slice and then whole rounds of the queue, in order, are all that happens: a
+    slice end needs no event of its own. A slice is [begin, end): at its end the next one runs, before
+    anything else that happens at that instant, whatever order the instant's events run in. Under
+    ``Costs.local`` every slice end is an event, update_queue's (local.py acts on them)."""
     if pe.running is None:
         return 0
-    return credit(pe, model._processes[pe.running], eff)
+    runner = model._processes[pe.running]
+    end = pe.slice_end
+    if len(pe.queue) < 2 or now < end or model.costs.local is not None:
+        return credit(pe, runner, now - start)
+    used = credit(pe, runner, max(0, end - start))
+    order, lengths, offsets, rounds = _rounds(model, pe)
+    before, after = max(start, end) - end, now - end
+    for j, index in enumerate(order):
+        cpu = _cpu_within(lengths[j], offsets[j], rounds, after) - _cpu_within(
+            lengths[j], offsets[j], rounds, before
+        )
+        if cpu:
+            used += credit(pe, model._processes[index], cpu)
+    whole, into = divmod(after, rounds)
+    j = next(j for j in range(len(order)) if offsets[j] + lengths[j] > into)
+    pe.queue = order[j:] + order[:j]
+    pe.running = pe.queue[0]
+    pe.slice_end = end + whole * rounds + offsets[j] + lengths[j]
+    return used
+
+
+def _rounds(model: CoschedModel, pe: _Pe) -> tuple[list[int], list[int], list[int], int]:
+    """Who runs after the runner's slice, in order (the runner last), each one's slice, when each one's
+    slice begins within a round, and a round's length. O(n)."""
+    order = pe.queue[1:] + pe.queue[:1]
+    lengths = [slice_of(model, model._processes[i]) for i in order]
+    offsets = []
+    total = 0
+    for length in lengths:
+        offsets.append(total)
+        total += length
+    return order, lengths, offsets, total
+
+
+def _cpu_within(length: int, offset: int, rounds: int, elapsed: int) -> int:
+    """The CPU a process with this slice and offset gets in the first ``elapsed`` ns of the rounds."""
+    if elapsed <= 0:
+        return 0
+    whole, into = divmod(elapsed, rounds)
+    return whole * length + min(max(into - offset, 0), length)
 
 
 def next_change(model: CoschedModel, pe: _Pe, now: int) -> int | None:
-    """The first instant the PE's state changes by itself: the runner's computation or wake-up ends, or
-    its slice does while others wait. O(1)."""
+    """The first instant the PE's state changes by itself: a computation or wake-up ends, a process whose
+    message is in (or whose wake-up is paid) comes to run, or (stepped, under ``Costs.local`` or the
+    model's ``step_slices``) the runner's slice ends while others wait. O(n).
+
+    A switch the PE owes is left out (the caller adds its end as an event), so the instants are lower
+    bounds until it ends: an early event changes nothing but when the next one is worked out."""
     if pe.running is None:
         return None
     start = max(now, pe.switch_until)
     p = model._processes[pe.running]
-    from storm.tools.sim.cosched.records import Phase
-
-    soonest = start + p.remaining if p.phase is not Phase.WAIT else None
-    if len(pe.queue) > 1:
-        end = max(pe.slice_end, now)
-        soonest = end if soonest is None else min(soonest, end)
-    daemon = local.next_daemon(model, pe, now)
-    if daemon is not None:
-        soonest = daemon if soonest is None else min(soonest, daemon)
-    return soonest
+    end = max(pe.slice_end, now)
+    stepped = model.costs.local is not None or model.step_slices
+    if len(pe.queue) < 2 or stepped:
+        soonest = start + p.remaining if p.phase is not Phase.WAIT else None
+        if len(pe.queue) > 1:
+            soonest = end if soonest is None else min(soonest, end)
+        daemon = local.next_daemon(model, pe, now)
+        if daemon is not None:
+            soonest = daemon if soonest is None else min(soonest, daemon)
+        return soonest
+    first = min(end - now, p.remaining) if p.phase is not Phase.WAIT else 0
+    if p.phase is not Phase.WAIT and p.remaining <= end - now:
+        return now + p.remaining  # within its slice; the rest, if it runs on, are later
+    order, lengths, offsets, rounds = _rounds(model, pe)
+    candidates = []
+    for j, index in enumerate(order):
+        q = model._processes[index]
+        need = q.remaining - (first if index == p.index else 0)
+        if q.phase is Phase.WAIT or (q.phase is Phase.WAKING and need <= 0):
+            if index != p.index and (q.phase is Phase.WAKING or (q.ready_ns is not None and q.ready_ns <= now)):
+                candidates.append(end + offsets[j])  # it returns when it comes to run
+            continue
+        whole = (need - 1) // lengths[j]
+        candidates.append(end + whole * rounds + offsets[j] + need - whole * lengths[j])
+    return min(candidates) if candidates else None
