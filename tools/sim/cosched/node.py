@@ -430,9 +430,10 @@ class CoschedModel:
         pe.switch += switching
         eff = dt - switching
         used = 0
-        competing = self._competing(pe)
+        # Slices (slices.py) give the CPU to one runner at a time: no shares, no carries to keep.
+        competing = [] if self.costs.slice_ns else self._competing(pe)
         total = sum(p.weight for p in competing)
-        if total != pe.total:
+        if not self.costs.slice_ns and total != pe.total:
             # Carries are counted in the old total: drop them (under 1 ns each). Only here, on an interval
             # of positive length, so that a state that lasts no time (a rank that blocks and is woken at
             # the same instant) changes nothing, whatever order the events of that instant run in.
@@ -451,7 +452,6 @@ class CoschedModel:
             elif p.phase is Phase.IO:
                 c.io_ns += dt
         if self.costs.slice_ns:
-            competing = []
             used = slices.sync(self, pe, pe.synced_ns + switching, now)
         for p in competing:
             share, p.carry = divmod(eff * p.weight + p.carry, total)

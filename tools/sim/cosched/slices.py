@@ -178,7 +178,9 @@ def next_change(model: CoschedModel, pe: _Pe, now: int) -> int | None:
         q = model._processes[index]
         need = q.remaining - (first if index == p.index else 0)
         if q.phase is Phase.WAIT or (q.phase is Phase.WAKING and need <= 0):
-            if index != p.index and (q.phase is Phase.WAKING or (q.ready_ns is not None and q.ready_ns <= now)):
+            if index != p.index and (
+                q.phase is Phase.WAKING or (q.ready_ns is not None and q.ready_ns <= now)
+            ):
                 candidates.append(end + offsets[j])  # it returns when it comes to run
             continue
         whole = (need - 1) // lengths[j]
