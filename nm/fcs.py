@@ -24,7 +24,7 @@ Pure: no I/O; the node manager measures and signals.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from storm.mm.protocol import FcsParameters, Klass, Policy
 
@@ -80,16 +80,17 @@ def end_of_slot(
     it (a launch that reached the node just across a heartbeat from the MM's placement), so at a reset the
     process takes the MM's count, the nearest multiple of tslots_max.
     """
-    state = replace(state, cslots=state.cslots + 1, tslots=state.tslots + 1)
+    # Built directly rather than with dataclasses.replace: this runs for every process at every slot end.
+    state = ProcessClass(state.klass, state.cslots + 1, state.tslots + 1)
     if job_reset:
         tslots = max(1, round(state.tslots / constants.tslots_max)) * constants.tslots_max
-        return replace(state, klass=Klass.CS, cslots=0, tslots=tslots), True
+        return ProcessClass(Klass.CS, 0, tslots), True
     if state.cslots < constants.cslots_min:
         return state, False
     new = Klass.DC if measured is None else classify(measured, constants)
     if new is state.klass:
         return state, False
-    return replace(state, klass=new, cslots=0), True
+    return ProcessClass(new, 0, state.tslots), True
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -113,6 +114,17 @@ class Decision:
     prioritized: bool = False
 
 
+# The eight decisions there are, made once: a switch decides for every process of the node every slice.
+_DECISIONS = {
+    (run, spin, prioritized): Decision(run, spin, prioritized)
+    for run in (False, True) for spin in (False, True) for prioritized in (False, True)
+}  # fmt: skip
+
+
+def _decision(run: bool, spin_block: bool = False, prioritized: bool = False) -> Decision:
+    return _DECISIONS[run, spin_block, prioritized]
+
+
 def context_switch(
     processes: Iterable[Process], active_row: int | None, *, f_always: bool = False
 ) -> dict[tuple[int, int], Decision]:
@@ -127,21 +139,18 @@ def context_switch(
     for procs in by_pe.values():
         if active_row is None:
             for proc in procs:
-                decisions[proc.key] = Decision(run=True, spin_block=proc.klass is not Klass.CS)
+                decisions[proc.key] = _decision(True, proc.klass is not Klass.CS)
             continue
-        current = [p for p in procs if p.row == active_row]
-        if any(p.klass is Klass.CS for p in current):
+        if any(p.klass is Klass.CS and p.row == active_row for p in procs):
             # A CS process gets the PE to itself for its whole slot, polling: nothing else may disturb it.
             # The others keep their class's wait mode while stopped, rather than flip it every slot.
             for proc in procs:
-                decisions[proc.key] = Decision(run=proc in current, spin_block=proc.klass is not Klass.CS)
+                decisions[proc.key] = _decision(proc.row == active_row, proc.klass is not Klass.CS)
             continue
         for proc in procs:
             flexible = proc.klass is not Klass.CS  # DC and F fill the PE; CS only ever runs in its own slot
-            decisions[proc.key] = Decision(
-                run=flexible,
-                spin_block=flexible,
-                prioritized=proc.klass is Klass.F and (f_always or proc.row == active_row),
+            decisions[proc.key] = _decision(
+                flexible, flexible, proc.klass is Klass.F and (f_always or proc.row == active_row)
             )
     return decisions
 
@@ -160,4 +169,4 @@ def decide(
         return context_switch(processes, active_row, f_always=f_always)
     spin = policy.spin_block
     gang = policy.cycles and active_row is not None
-    return {proc.key: Decision(run=not gang or proc.row == active_row, spin_block=spin) for proc in processes}
+    return {proc.key: _decision(not gang or proc.row == active_row, spin) for proc in processes}
