@@ -165,6 +165,9 @@ class ModelSegment(HookSegment):
         self.ranks = ranks
         self.table = table
         self.pids: dict[int, int] = {}  # record index -> pid, once started
+        # Per record, the last one read and what it was read from: a rank that entered or left no call
+        # since (a stopped one, most of a slice's) gets the same record, not a new one built field by field.
+        self._last: dict[int, tuple[tuple[int, int, int, bool], RankCounters]] = {}
 
     def read_all(self) -> list[RankCounters | None]:
         """Every record, as the hook would have written it by now. O(ranks)."""
@@ -175,13 +178,20 @@ class ModelSegment(HookSegment):
                 out.append(None)  # not started: the hook has not written its record yet
                 continue
             c = self.table.model.reading(key)
-            out.append(
-                RankCounters(
-                    pid=self.pids.get(index, 0), rank=rank, flags=ACTIVE, in_call=c.in_call, calls=c.calls,
-                    events=c.events, comm_ns=c.comm_ns, enter_ns=c.enter_ns, exit_ns=c.exit_ns,
-                    spin_ns=c.spin_ns, block_ns=c.block_ns, call=SENDRECV if c.calls else 0,
-                )
+            # Every field changes only when a call begins (enter_ns, in_call) or returns (calls).
+            pid = self.pids.get(index, 0)
+            source = (pid, c.calls, c.enter_ns, c.in_call)
+            last = self._last.get(index)
+            if last is not None and last[0] == source:
+                out.append(last[1])
+                continue
+            record = RankCounters(
+                pid=pid, rank=rank, flags=ACTIVE, in_call=c.in_call, calls=c.calls, events=c.events,
+                comm_ns=c.comm_ns, enter_ns=c.enter_ns, exit_ns=c.exit_ns, spin_ns=c.spin_ns,
+                block_ns=c.block_ns, call=SENDRECV if c.calls else 0,
             )  # fmt: skip
+            self._last[index] = (source, record)
+            out.append(record)
         return out
 
     def set_wait(self, index: int, mode: int, spin_ns: int) -> None:
