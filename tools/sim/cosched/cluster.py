@@ -33,6 +33,7 @@ ranks on nodes with jobs through the node cores; the model dominates for fine-gr
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import os
@@ -170,7 +171,9 @@ class CoschedCluster:
         self.launches: dict[int, dict[str, p.LaunchJob]] = {}  # job -> node -> its launch, until started
         self.programs: dict[int, tuple[str, Program]] = {}  # MM job id -> (name, program)
         self.running: list[int] = []  # MM job ids started in the model and not ended
+        self.running_ids: set[int] = set()  # the same, to look up
         self.horizon: int | None = None  # no running job can end before this (None: to be worked out)
+        self.bounds: list[tuple[int, int]] = []  # heap of (a bound on the job's end, job id): _horizon
         self.step_events = False  # True: the model is run one event instant at a time, as it was
         self.ended: dict[int, JobEnded] = {}
         self.class_changes: list[p.ClassChange] = []  # FCS: as the node cores report them to the MM
@@ -273,33 +276,47 @@ class CoschedCluster:
 
     def _horizon(self) -> int:
         """An instant no running job can end before: the least, over the running jobs, of when the job's
-        slowest rank could end if it had its PE to itself from the instant its state is as of. O(ranks
-        of the running jobs) when worked out again: when it is reached, or when a job starts or ends.
+        slowest rank could end if it had its PE to itself from the instant its state is as of.
 
         A rank needs the CPU of what is left of its computation and of every later iteration's, and it
         gets at most a nanosecond of CPU per nanosecond. Its state is as of its PE's last sync, or, for a
-        job the model's shortcut walks, as of the walk (``fast_ns``)."""
+        job the model's shortcut walks, as of the walk (``fast_ns``). A job's bound never decreases as its
+        state moves on (it gets at most as much CPU as time passes), so the bounds wait in a heap and only
+        those reached are worked out again: O(k (ranks + log J)) for the k jobs whose bound is reached, of
+        the J running."""
         if self.horizon is not None and self.horizon > self.now_ns:
             return self.horizon
-        model = self.model
-        soonest: int | None = None
-        for job_id in self.running:
-            job = model._jobs[job_id]
-            iterations = job.program.iterations
-            end = 0
-            for index in job.processes:
-                process = model._processes[index]
-                if process.phase is Phase.DONE:
-                    continue
-                since = job.fast_ns if job.alone else model._pes[process.pe].synced_ns
-                need = (iterations - process.step - 1) * process.compute_ns
-                if process.phase is Phase.COMPUTE:
-                    need += process.remaining
-                end = max(end, since + need)
-            soonest = end if soonest is None else min(soonest, end)
+        bounds = self.bounds
+        fresh: set[int] = set()
+        while bounds:
+            bound, job_id = bounds[0]
+            if job_id not in self.running_ids:
+                heapq.heappop(bounds)  # ended
+            elif bound > self.now_ns or job_id in fresh:
+                break
+            else:
+                heapq.heapreplace(bounds, (self._bound(job_id), job_id))
+                fresh.add(job_id)
         # Without running jobs nothing can end: no bound on the step (the caller stops at its boundary).
-        self.horizon = soonest if soonest is not None else UNBOUNDED
+        self.horizon = bounds[0][0] if bounds else UNBOUNDED
         return self.horizon
+
+    def _bound(self, job_id: int) -> int:
+        """When job ``job_id`` could end at the soonest (see _horizon). O(its ranks)."""
+        model = self.model
+        job = model._jobs[job_id]
+        iterations = job.program.iterations
+        end = 0
+        for index in job.processes:
+            process = model._processes[index]
+            if process.phase is Phase.DONE:
+                continue
+            since = job.fast_ns if job.alone else model._pes[process.pe].synced_ns
+            need = (iterations - process.step - 1) * process.compute_ns
+            if process.phase is Phase.COMPUTE:
+                need += process.remaining
+            end = max(end, since + need)
+        return end
 
     def _ended(self) -> list[int]:
         """The running jobs whose program has ended, in the order they were started. O(running jobs).
@@ -366,6 +383,7 @@ class CoschedCluster:
         """Play the job shells of the jobs whose program ended: every rank exited with 0."""
         for job_id in self._ended():
             self.running.remove(job_id)
+            self.running_ids.discard(job_id)
             self.horizon = None
             for name, node in self.nodes.items():
                 local = node.jobs.get(job_id)
@@ -406,6 +424,8 @@ class CoschedCluster:
                 if control != RUNNABLE:
                     self.model.control(self.now_ns, (job_id, rank), control)
             self.running.append(job_id)
+            self.running_ids.add(job_id)
+            heapq.heappush(self.bounds, (self._bound(job_id), job_id))
             self.horizon = None
             for name in sorted(pids):
                 shell = self.nodes[name].jobs[job_id].shell_pid
