@@ -111,6 +111,7 @@ class CoschedModel:
         self._seq = 0
         self._dirty: set[int] = set()  # PEs where a job may have become alone
         self.shortcut = shortcut
+        self._boosts_on_arrival = costs.local is not None and costs.local.reschedule is Reschedule.DCS
         self.events_run = 0
         # True: an event at every end of a round-robin slice while others wait (the reference slices.py's
         # rounds are tested against); False: only where someone's phase changes.
@@ -554,6 +555,8 @@ class CoschedModel:
         if p.mode is WaitMode.SPIN_BLOCK:
             p.spin_deadline = now + p.control.spin_ns
             self._push(p.spin_deadline, _SPIN, p.index, p.step)
+        if p.ready_ns is not None and p.ready_ns > now and not self._boosts_on_arrival:
+            self._push(p.ready_ns, _ARRIVE, p.index, p.step)  # known before the call: see _set_ready
         self._arrive(job, p.rank, p.step, now)
 
     def _arrive(self, job: _Job, rank: int, step: int, now: int) -> None:
@@ -582,8 +585,13 @@ class CoschedModel:
                 self._set_ready(process, step, now if last is None else last + program.latency_ns)
 
     def _set_ready(self, p: _Process, step: int, ready: int) -> None:
+        """``p``'s messages for ``step`` are all in at ``ready``. The arrival is an event only for a
+        process in its call by then: one still computing (or in I/O) finds the messages when it enters
+        the call, which pushes the event if they are not in yet (about a third of all arrivals, each a
+        sync and a rescheduling for nothing). DCS acts on arrivals whatever the phase: all are events."""
         p.ready_ns = ready
-        self._push(ready, _ARRIVE, p.index, step)
+        if p.phase not in (Phase.COMPUTE, Phase.IO) or self._boosts_on_arrival:
+            self._push(ready, _ARRIVE, p.index, step)
 
     def _return(self, p: _Process, now: int) -> None:
         c = p.counters
