@@ -48,6 +48,8 @@ class ProcessTable:
         # Wait modes set before the rank exists (the NM writes the control word when it makes the segment,
         # and may change it before the shell reports the ranks): the rank starts with them.
         self.pending_waits: dict[ProcessKey, tuple[WaitMode, int]] = {}
+        self.changes: dict[ProcessKey, int] = {}  # per rank, how many times its control changed
+        self.known: dict[tuple[bool, int, WaitMode, int], Control] = {}
 
     def spawn(self) -> int:
         pid, self.next_pid = self.next_pid, self.next_pid + 1
@@ -74,12 +76,23 @@ class ProcessTable:
 
     def change_key(self, key: ProcessKey, **changes: object) -> None:
         old = self.controls[key]
-        new = replace(old, **changes)  # type: ignore[arg-type]
+        fields = {"stopped": old.stopped, "nice": old.nice, "wait": old.wait, "spin_ns": old.spin_ns}
+        fields.update(changes)
         if self.wait is not None:
-            new = replace(new, wait=self.wait)
+            fields["wait"] = self.wait
+        new = self._control(fields["stopped"], fields["nice"], fields["wait"], fields["spin_ns"])  # type: ignore[arg-type]
         if new != old:
             self.controls[key] = new
+            self.changes[key] = self.changes.get(key, 0) + 1
             self.model.control(self.now_ns, key, new)
+
+    def _control(self, stopped: bool, nice: int, wait: WaitMode, spin_ns: int) -> Control:
+        """The one Control with these fields: a node core stops and continues every rank every slice, and
+        a Control made (and checked) each time was a tenth of a gang run."""
+        known = self.known.get((stopped, nice, wait, spin_ns))
+        if known is None:
+            known = self.known[stopped, nice, wait, spin_ns] = Control(stopped, nice, wait, spin_ns)
+        return known
 
 
 class SimProcesses:
@@ -167,7 +180,7 @@ class ModelSegment(HookSegment):
         self.pids: dict[int, int] = {}  # record index -> pid, once started
         # Per record, the last one read and what it was read from: a rank that entered or left no call
         # since (a stopped one, most of a slice's) gets the same record, not a new one built field by field.
-        self._last: dict[int, tuple[tuple[int, int, int, bool], RankCounters]] = {}
+        self._last: dict[int, tuple[tuple[int, int, bool, int, int, bool], RankCounters]] = {}
 
     def read_all(self) -> list[RankCounters | None]:
         """Every record, as the hook would have written it by now. O(ranks)."""
@@ -177,12 +190,18 @@ class ModelSegment(HookSegment):
             if key not in self.table.controls:
                 out.append(None)  # not started: the hook has not written its record yet
                 continue
+            pid = self.pids.get(index, 0)
+            last = self._last.get(index)
+            # A rank stopped when last read, and not continued since, has entered and left no call.
+            changes = self.table.changes.get(key, 0)
+            if last is not None and last[0][0] == pid and last[0][1] == changes and last[0][2]:
+                out.append(last[1])
+                continue
             c = self.table.model.reading(key)
             # Every field changes only when a call begins (enter_ns, in_call) or returns (calls).
-            pid = self.pids.get(index, 0)
-            source = (pid, c.calls, c.enter_ns, c.in_call)
-            last = self._last.get(index)
-            if last is not None and last[0] == source:
+            source = (pid, changes, self.table.controls[key].stopped, c.calls, c.enter_ns, c.in_call)
+            if last is not None and last[0][3:] == source[3:] and last[0][0] == pid:
+                self._last[index] = (source, last[1])
                 out.append(last[1])
                 continue
             record = RankCounters(
