@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+from storm.tools import bench_compiled
 from storm.tools.sim import cosched
 
 # A run that goes through every part of the model: slices with rounds, spin-block and polling, a wake-up
@@ -73,3 +75,11 @@ def test_a_changed_source_is_not_run_compiled() -> None:
     build["sha256"]["node"] = "0" * 64
     assert cosched._stale_or_missing(build) == "node.py changed since it was compiled"
     assert cosched._stale_or_missing({"sha256": {"stepped": "0" * 64}}) == "stepped was not compiled"
+
+
+def test_the_benchmark_compares_the_two_on_one_case(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    assert bench_compiled.main(["--iterations", "200", "--json", str(out)]) == 0
+    lines = json.loads(out.read_text())["lines"]
+    assert [line["model"] for line in lines] == ["sources", "compiled"]
+    assert lines[0]["events"] == lines[1]["events"] > 1000
