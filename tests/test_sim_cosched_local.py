@@ -54,9 +54,10 @@ def test_every_change_of_the_running_process_costs_a_switch() -> None:
 def test_a_woken_process_goes_to_the_head_of_the_ready_queue() -> None:
     # PE 0: R0 (spin 0), then hogs H1 and H2 (each newcomer right behind the runner: queue R0, H2, H1).
     # R0 computes 0-1 and blocks; H2 runs 1-11, H1 11-21. R0's message is in at 15.1: it wakes and goes
-    # behind H1, ahead of H2, so it returns at 21. Slices.py's plain queue puts it last: H2 runs 21-31 first.
+    # behind H1, ahead of H2, so it returns at 21. Slices.py's plain queue puts it last: H2 runs 21-31 first,
+    # and R0 runs from the nanosecond after H2's slice ends (slices.py: a slice is (begin, end]).
     block_at_once = Control(wait=WaitMode.SPIN_BLOCK, spin_ns=0)
-    for local, end in ((Local(), 21 * MS), (None, 31 * MS)):
+    for local, end in ((Local(), 21 * MS), (None, 31 * MS + 1)):
         model = CoschedModel(2, Costs(slice_ns=10 * MS, local=local))
         model.add_job(0, 3, ring(1, 15), [0, 1], block_at_once)
         model.add_job(0, 1, hog(100), [0])

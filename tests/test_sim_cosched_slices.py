@@ -51,18 +51,19 @@ def test_nice_scales_the_slice() -> None:
 def test_a_polling_rank_notices_its_message_only_in_its_own_slice() -> None:
     # PE 0: a 100 ms hog and rank 0 of a ring (1 ms of computation); PE 1: rank 1 alone (6.5 ms).
     # PE 0: hog 0-3; rank 0 computes 3-4 and polls to the end of its slice at 6; its message is in at
-    # 6.5 + 0.1 = 6.6 while the hog runs 6-9; rank 0 notices it at 9 and ends. Rank 1's message came at
-    # 4.1, it returns when it enters at 6.5. The hog lost 3 ms to rank 0: it ends at 103 ms.
+    # 6.5 + 0.1 = 6.6 while the hog runs 6-9; rank 0 notices it as it runs again, a nanosecond after 9
+    # (a slice is (begin, end]), and ends. Rank 1's message came at 4.1, it returns when it enters at 6.5.
+    # The hog lost 3 ms and that nanosecond to rank 0: it ends at 103 ms + 1 ns.
     ring = Program((1 * MS, 6_500 * US), 1, Pattern.RING, latency_ns=100 * US)
     for shortcut in (True, False):
         model = CoschedModel(2, SLICE, shortcut=shortcut)
         model.add_job(0, 1, hog(100), [0])
         model.add_job(0, 2, ring, [0, 1])
         model.run_until_done(LONG)
-        assert model.completion_ns(2) == 9 * MS
-        assert model.completion_ns(1) == 103 * MS
+        assert model.completion_ns(2) == 9 * MS + 1
+        assert model.completion_ns(1) == 103 * MS + 1
         c = model.counters((2, 0))
-        assert (c.compute_ns, c.poll_ns, c.comm_ns, c.exit_ns) == (MS, 2 * MS, 5 * MS, 9 * MS)
+        assert (c.compute_ns, c.poll_ns, c.comm_ns, c.exit_ns) == (MS, 2 * MS + 1, 5 * MS + 1, 9 * MS + 1)
         assert model.counters((2, 1)).exit_ns == 6_500 * US
     # Fluid: rank 0 computes 0-2 at half the PE and returns at 6.6 ms.
     fluid = CoschedModel(2)

@@ -80,7 +80,7 @@ def update_queue(model: CoschedModel, pe_index: int, now: int) -> None:
                     pe.slice_end = (now // length + 1) * length
                 else:
                     pe.slice_end = local.grid_end(model, pe, now, length)
-            elif pe.slice_end <= now:
+            elif pe.slice_end < now or (pe.slice_end == now and model.costs.local is not None):
                 pe.queue.append(pe.queue.pop(0))
                 pe.running = None
         if pe.running is not None or not pe.queue:
@@ -101,14 +101,16 @@ def sync(model: CoschedModel, pe: _Pe, start: int, now: int) -> int:
 
     Between two of the PE's events nobody changes phase (next_change makes an event of every instant one
     would), so the runner's slice and then whole rounds of the queue, in order, are all that happens: a
-    slice end needs no event of its own. A slice is [begin, end): at its end the next one runs, before
-    anything else that happens at that instant, whatever order the instant's events run in. Under
-    ``Costs.local`` every slice end is an event, update_queue's (local.py acts on them)."""
+    slice end needs no event of its own. A slice is (begin, end]: at the instant its slice ends the runner
+    still runs, and sees whatever happens then (a message in), whatever order the instant's events run
+    in; the next one runs from the next nanosecond. (A message that comes exactly as the slice ends is
+    common where nodes run in step, and the runner catching it is what the live balanced runs show.)
+    Under ``Costs.local`` every slice end is an event, update_queue's (local.py acts on them)."""
     if pe.running is None:
         return 0
     runner = model._processes[pe.running]
     end = pe.slice_end
-    if len(pe.queue) < 2 or now < end or model.costs.local is not None:
+    if len(pe.queue) < 2 or now <= end or model.costs.local is not None:
         return credit(pe, runner, now - start)
     used = credit(pe, runner, max(0, end - start))
     order, lengths, offsets, rounds = _rounds(model, pe)
@@ -119,8 +121,9 @@ def sync(model: CoschedModel, pe: _Pe, start: int, now: int) -> int:
         )
         if cpu:
             used += credit(pe, model._processes[index], cpu)
-    whole, into = divmod(after, rounds)
-    j = next(j for j in range(len(order)) if offsets[j] + lengths[j] > into)
+    whole, into = divmod(after - 1, rounds)
+    into += 1
+    j = next(j for j in range(len(order)) if offsets[j] + lengths[j] >= into)
     pe.queue = order[j:] + order[:j]
     pe.running = pe.queue[0]
     pe.slice_end = end + whole * rounds + offsets[j] + lengths[j]
@@ -164,7 +167,9 @@ def next_change(model: CoschedModel, pe: _Pe, now: int) -> int | None:
     if len(pe.queue) < 2 or stepped:
         soonest = start + p.remaining if p.phase is not Phase.WAIT else None
         if len(pe.queue) > 1:
-            soonest = end if soonest is None else min(soonest, end)
+            # The next runs from the nanosecond after (sync); under Costs.local, update_queue rotates at it.
+            turn = end if model.costs.local is not None else max(pe.slice_end + 1, now)
+            soonest = turn if soonest is None else min(soonest, turn)
         daemon = local.next_daemon(model, pe, now)
         if daemon is not None:
             soonest = daemon if soonest is None else min(soonest, daemon)
@@ -181,7 +186,7 @@ def next_change(model: CoschedModel, pe: _Pe, now: int) -> int | None:
             if index != p.index and (
                 q.phase is Phase.WAKING or (q.ready_ns is not None and q.ready_ns <= now)
             ):
-                candidates.append(end + offsets[j])  # it returns when it comes to run
+                candidates.append(end + offsets[j] + 1)  # it returns when it comes to run
             continue
         whole = (need - 1) // lengths[j]
         candidates.append(end + whole * rounds + offsets[j] + need - whole * lengths[j])
