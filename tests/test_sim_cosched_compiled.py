@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 from storm.tools import bench_compiled
 from storm.tools.sim import cosched
+from storm.tools.sim.cosched.program import Pattern, Program
+from storm.tools.sim.cosched.records import (
+    Control,
+    Costs,
+    Local,
+    PeCounters,
+    ProcessCounters,
+    Reschedule,
+    WaitMode,
+)
 
 # A run that goes through every part of the model: slices with rounds, spin-block and polling, a wake-up
 # cost, stops and continues, nice, the shortcut, ClusterSchedSim's DCS, I/O. Prints every counter as JSON.
@@ -83,3 +94,16 @@ def test_the_benchmark_compares_the_two_on_one_case(tmp_path: Path) -> None:
     lines = json.loads(out.read_text())["lines"]
     assert [line["model"] for line in lines] == ["sources", "compiled"]
     assert lines[0]["events"] == lines[1]["events"] > 1000
+
+
+def test_the_frozen_records_survive_pickling() -> None:
+    # A sweep's workers get the workload's programs (and costs) by pickle.
+    records = [
+        Program((1, 2), 3, Pattern.ALLREDUCE, 4, 5),
+        Control(True, 3, WaitMode.SPIN_BLOCK, 7),
+        Costs(1, 2, 3, Local(Reschedule.DCS, 1, 2)),
+        PeCounters(1, 2, 3, 4, 5, 6, 7),
+        ProcessCounters(compute_ns=5, in_call=True),
+    ]
+    for record in records:
+        assert pickle.loads(pickle.dumps(record)) == record  # noqa: S301 (our own bytes)

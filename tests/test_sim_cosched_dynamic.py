@@ -330,3 +330,12 @@ def test_the_command_writes_its_reports(tmp_path: Path, capsys: pytest.CaptureFi
     data = json.loads((tmp_path / "report.json").read_text())
     assert set(data["curves"]) == {"batch", "fcs"} and (tmp_path / "report.md").read_text() == out
     assert (tmp_path / "report.png").stat().st_size > 0
+
+
+def test_points_run_in_worker_processes_as_in_this_one(tmp_path: Path) -> None:
+    # The workload's programs are pickled to the workers: a compiled model's records must survive it.
+    policies, loads = ["sb", "fcs"], [1.5]
+    here = dynamic_sweep.run_sweep(TINY, policies, loads, tmp_path / "here")
+    there = dynamic_sweep.run_sweep(TINY, policies, loads, tmp_path / "there", workers=2)
+    for a, b in zip(here, there, strict=True):
+        assert a["jobs"] == b["jobs"] and a["summary"] == b["summary"]

@@ -46,6 +46,11 @@ class Program:
         if min(self.compute_ns) < 0 or self.latency_ns < 0 or self.io_ns < 0:
             raise ValueError("computation, latency and I/O cannot be negative")
 
+    def __reduce__(self) -> tuple[type[Program], tuple[tuple[int, ...], int, Pattern, int, int]]:
+        """Pickled by its fields (a sweep hands programs to worker processes): the default way sets them
+        one by one, which a frozen class compiled by mypyc refuses."""
+        return Program, (self.compute_ns, self.iterations, self.pattern, self.latency_ns, self.io_ns)
+
     @classmethod
     def balanced(
         cls,

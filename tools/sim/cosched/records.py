@@ -5,8 +5,9 @@ process spends the CPU it gets on (fluid sharing's and slices.py's alike)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
+from typing import Any
 
 from storm.tools.sim.cosched.program import Program
 
@@ -25,6 +26,13 @@ def nice_weight(nice: int) -> int:
     if not -20 <= nice <= 19:
         raise ValueError(f"nice {nice} outside -20..19")
     return NICE_WEIGHTS[nice + 20]
+
+
+def by_fields(record: Any) -> tuple[type[Any], tuple[Any, ...]]:
+    """How a frozen record pickles: by its fields, passed to its class. A sweep hands records to worker
+    processes, and pickle's default way sets fields one by one, which a frozen class compiled by mypyc
+    refuses (the package's __init__ says what is compiled)."""
+    return type(record), tuple(getattr(record, f.name) for f in fields(record))
 
 
 class WaitMode(Enum):
@@ -61,6 +69,9 @@ class Local:
         if (self.period_ns or self.daemon_ns) and self.reschedule is not Reschedule.PB:
             raise ValueError("period_ns and daemon_ns are PB's daemon: they need reschedule=PB")
 
+    def __reduce__(self) -> tuple[type[Any], tuple[Any, ...]]:
+        return by_fields(self)
+
 
 @dataclass(frozen=True)
 class Control:
@@ -75,6 +86,9 @@ class Control:
         nice_weight(self.nice)
         if self.spin_ns < 0:
             raise ValueError("spin_ns cannot be negative")
+
+    def __reduce__(self) -> tuple[type[Any], tuple[Any, ...]]:
+        return by_fields(self)
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,9 @@ class Costs:
                 "a local scheduler (Costs.local) needs round-robin slices (slice_ns > 0): its switches "
                 "and boosts act on the one process running on a PE, which fluid sharing does not have"
             )
+
+    def __reduce__(self) -> tuple[type[Any], tuple[Any, ...]]:
+        return by_fields(self)
 
 
 NO_COSTS = Costs()
@@ -141,6 +158,9 @@ class PeCounters:
     interrupt_ns: int = 0
     switches: int = 0
     interrupts: int = 0
+
+    def __reduce__(self) -> tuple[type[Any], tuple[Any, ...]]:
+        return by_fields(self)
 
 
 class Phase(Enum):
