@@ -231,26 +231,60 @@ def test_a_tiny_sweep_reports_what_the_cluster_measured(tmp_path: Path) -> None:
     # Another setup does not reuse them.
     other = dataclasses.replace(TINY, seed=2)
     assert dynamic_sweep.read_point(dynamic_sweep.point_path(tmp_path, "fcs", 0.6), other, "fcs", 0.6) is None
-    report = dynamic_report.report(points)
+    granularity = {j.name: j.granularity_ns for j in workload.jobs}
+    report = dynamic_report.report(points, granularity)
     assert report["fig8"]["size"] == 6 and set(report["fig8"]["halves"]["shortest"]) == set(policies)
+    # Per granularity band, at the highest load: each band's jobs' mean bounded slowdown, from the rows.
+    bands = report["granularity"]["loads"]["1.5"]
+    assert sum(bands["counts"]) == 12 and set(bands) == {"counts", *policies}
+    fcs = next(p for p in points if p["policy"] == "fcs" and p["target_load"] == 1.5)
+    coarse = [
+        bounded_slowdown(end - submit, iso)
+        for name, _, iso, submit, _, end in fcs["jobs"]
+        if granularity[name] >= 100 * MS
+    ]
+    assert bands["counts"][2] == len(coarse)
+    assert bands["fcs"]["mean_bsld"][2] == (pytest.approx(statistics.fmean(coarse)) if coarse else None)
+    assert bands["fcs"]["class_changes"] == fcs["run"]["class_changes"]
     text = dynamic_report.markdown(report, "setup")
     assert "| FCS | 0.600 |" in text and "### Fig. 8" in text and "Against the paper" in text
+    assert "### Mean bounded slowdown by granularity" in text and "At load 1.5:" in text
 
 
 def line(pairs: list[tuple[float, float]], bsld: float = 1.0) -> list[dict[str, float]]:
     return [{"offered_load": o, "accepted_load": a, "mean_bsld": bsld} for o, a in pairs]
 
 
-def test_saturation_is_where_the_accepted_load_stops_following() -> None:
+def test_saturation_is_where_the_accepted_load_stays_flat() -> None:
     tracking = [(0.5, 0.49), (0.6, 0.58), (0.7, 0.68), (0.8, 0.77), (0.9, 0.86)]
     assert dynamic_report.saturation(line(tracking)) is None
+    assert dynamic_report.plateau(line(tracking)) is None
     flat = [(0.5, 0.49), (0.6, 0.58), (0.7, 0.68), (0.74, 0.71), (0.8, 0.715), (0.9, 0.72)]
-    assert dynamic_report.saturation(line(flat)) == 0.8  # grew 0.005 for 0.06 offered
+    assert dynamic_report.saturation(line(flat)) == 0.74  # 0.71 to 0.72 from there on
+    assert dynamic_report.plateau(line(flat)) == pytest.approx((0.71 + 0.715 + 0.72) / 3)
+    # A flat step by chance, then climbing again: not saturated there, but where it stays flat.
+    chance = [(0.5, 0.5), (0.6, 0.6), (0.7, 0.61), (0.8, 0.75), (0.9, 0.76), (1.0, 0.765)]
+    assert dynamic_report.saturation(line(chance)) == 0.8
+    # Flat only at the highest load swept: nothing after it shows it stays so.
+    assert dynamic_report.saturation(line([(0.5, 0.5), (0.6, 0.6), (0.7, 0.6)])) == 0.6
+    assert dynamic_report.saturation(line([(0.5, 0.5), (0.6, 0.6)])) is None
     # Exactly half the offered growth still tracks; a hair under does not.
     assert dynamic_report.saturation(line([(0.5, 0.5), (0.7, 0.6)])) is None
-    assert dynamic_report.saturation(line([(0.5, 0.5), (0.7, 0.5999)])) == 0.7
+    assert dynamic_report.saturation(line([(0.5, 0.5), (0.7, 0.5999)])) == 0.5
     assert dynamic_report.bsld_saturation(line(tracking, 150.0)) == 0.5
     assert dynamic_report.bsld_saturation(line(tracking, 99.0)) is None
+
+
+def test_the_mean_queue_counts_jobs_waiting_while_jobs_arrive() -> None:
+    # name, size, isolated, submit, start, end: b waits 0-5, c waits 2-20 (past the last arrival, 10).
+    rows = [("a", 1, 1.0, 0.0, 0.0, 1.0), ("b", 1, 1.0, 0.0, 5.0, 6.0), ("c", 1, 1.0, 2.0, 20.0, 21.0),
+            ("d", 1, 1.0, 10.0, 10.0, 11.0)]  # fmt: skip
+    assert dynamic_report.mean_queue(rows) == pytest.approx((2 * 1 + 3 * 2 + 5 * 1) / 10)
+    # Placed as they come: no queue, even when one arrives as another leaves.
+    placed = [("a", 1, 1.0, 0.0, 0.0, 3.0), ("b", 1, 1.0, 3.0, 3.0, 4.0), ("c", 1, 1.0, 4.0, 4.0, 5.0)]
+    assert dynamic_report.mean_queue(placed) == 0
+    # All submitted at once: no span to average over.
+    assert dynamic_report.mean_queue([("a", 1, 1.0, 0.0, 1.0, 3.0), ("b", 1, 1.0, 0.0, 2.0, 4.0)]) == 0
 
 
 def test_the_papers_claims_are_checked_where_they_fail() -> None:
@@ -261,15 +295,33 @@ def test_the_papers_claims_are_checked_where_they_fail() -> None:
             for o, a, r in points
         ]  # fmt: skip
 
-    batch = curve([(0.5, 0.5, 10.0), (0.7, 0.7, 20.0), (0.8, 0.71, 90.0)])  # saturates at 0.8
+    batch = curve([(0.5, 0.5, 10.0), (0.7, 0.7, 20.0), (0.8, 0.71, 90.0)])  # saturates at 0.7
     fcs = curve([(0.5, 0.5, 12.0), (0.7, 0.7, 15.0), (0.8, 0.8, 30.0)])  # never; worse than batch at 0.5
     found = {c["claim"]: c for c in dynamic_report.claims({"batch": batch, "fcs": fcs}, None)}
     later = found["FCS saturates later than FCFS+EASY"]
-    assert later["agrees"] is True and later["model"] == "FCFS+EASY 0.800, FCS above the loads swept"
+    assert later["agrees"] is True and later["model"] == "FCFS+EASY 0.700, FCS above the loads swept"
     lowest = found["FCS has the lowest mean response"]
     assert lowest["agrees"] is False and lowest["model"] == "not at load 0.5"
     median = found["FCFS+EASY has the lowest median bounded slowdown"]
     assert median["agrees"] is False and median["model"] == "not at load 0.7, 0.8"
+
+
+def test_fcs_against_gang_and_sb_at_high_load() -> None:
+    def curve(bslds: list[float]) -> list[dict[str, float]]:
+        return [
+            {"target_load": o, "offered_load": o, "accepted_load": o, "mean_response": b, "mean_bsld": b,
+             "median_bsld": 1.0}
+            for o, b in zip((0.5, 0.8, 0.9), bslds, strict=True)
+        ]  # fmt: skip
+
+    def verdict(fcs: list[float]) -> tuple[bool | None, str]:
+        drawn = {"fcs": curve(fcs), "gang": curve([1.0, 2.0, 3.0]), "sb": curve([1.0, 1.5, 2.5])}
+        found = {c["claim"]: c for c in dynamic_report.claims(drawn, None)}
+        claim = found["FCS at or below gang and SB in mean bounded slowdown at high load"]
+        return claim["agrees"], claim["model"]
+
+    assert verdict([9.0, 1.5, 2.5]) == (True, "at every load")  # worse at 0.5 is not high load
+    assert verdict([1.0, 1.6, 2.0]) == (False, "not at load 0.8")
 
 
 def test_quantiles_interpolate() -> None:

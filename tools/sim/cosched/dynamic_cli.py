@@ -154,7 +154,11 @@ def command(args: argparse.Namespace) -> int:
     workers = args.jobs or len(os.sched_getaffinity(0))
     points = dynamic_sweep.run_sweep(setup, policies, loads, args.dir, workers=workers)
     workload = setup.workload()
-    data = {"setup": setup.key(), "source": workload.source, **dynamic_report.report(points)}
+    data = {
+        "setup": setup.key(),
+        "source": workload.source,
+        **dynamic_report.report(points, {j.name: j.granularity_ns for j in workload.jobs}),
+    }
     text = dynamic_report.markdown(data, describe(setup, workload))
     args.dir.mkdir(parents=True, exist_ok=True)
     with open(args.dir / "report.json", "w", encoding="utf-8") as stream:

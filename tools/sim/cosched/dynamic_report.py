@@ -14,12 +14,18 @@ start, end; seconds) and each PE's counters (computing, spinning, switching, idl
 - the CPU breakdown: each PE counter's share of all PEs' time (they add up to it).
 
 Saturation (ours, after the paper's "a relatively constant accepted load"): a policy saturates at the
-lowest swept load at which its accepted load grew by less than half as much as the offered load since the
-previous swept load (:data:`TRACKING`). Below saturation the machine takes the work in as it comes and the
-accepted load follows the offered load (less the jobs in flight at the last arrival); once the queue
-grows, the accepted load stays flat. The lowest load swept has nothing to be compared with: a policy
-saturated there already shows at the next. The first mean bounded slowdown above sweep.py's 100 is
-reported beside it, as a second opinion.
+lowest swept load from which its accepted load stays flat: at no higher swept load has it grown by
+:data:`TRACKING` (half) of the offered load's growth since. Below saturation the machine takes the work in as
+it comes and the accepted load follows the offered load (less the work in flight at the last arrival); once
+the machine is full, it stays level. "From which it stays flat", not "where it first grew slowly": with 1,000
+jobs, a few of which carry most of the work, one step between two swept loads can be flat by chance (whether
+a long job ends just before or after the last arrival) while the next steps climb again. The highest load
+swept has nothing after it to show it flat, so a policy saturates within the sweep only below it. The
+plateau is the mean accepted load from the saturation point on: the machine's capacity under that policy.
+
+The paper inferred its accepted load "from the accumulation of jobs in the queue"; the mean queue, the
+number of jobs waiting for a place (in the matrix, or on PEs under FCFS+EASY) averaged over the arrivals'
+span, is reported beside it. The first mean bounded slowdown above sweep.py's 100 is a third opinion.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storm.tools.sim.metrics import BSLD_THRESHOLD, bounded_slowdown
@@ -41,6 +47,8 @@ QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 CPU = ("computing", "spinning", "switching", "idle")
 LABELS = {"batch": "FCFS+EASY", "gang": "gang", "sb": "SB", "fcs": "FCS"}
 PAPER_SATURATION = {"batch": 0.78, "fcs": 0.88}
+BANDS_MS = (10, 100)  # granularity bands' bounds: under 10 ms, 10 to 100 ms, 100 ms and over
+HIGH_LOAD = 0.8  # issue 15's "at high load": the swept loads from here up
 
 
 def summarize(rows: Sequence[Row], pes: Sequence[Sequence[int]], pe_count: int) -> Json:
@@ -89,6 +97,7 @@ def curves(points: Sequence[Json]) -> dict[str, list[Json]]:
                 "target_load": point["target_load"],
                 "offered_load": point["offered_load"],
                 **point["summary"],
+                "mean_queue": mean_queue(point["jobs"]),
                 "wall_seconds": point["run"]["wall_seconds"],
                 "jobs_per_wall_second": point["run"]["jobs_per_wall_second"],
             }
@@ -99,14 +108,44 @@ def curves(points: Sequence[Json]) -> dict[str, list[Json]]:
 
 
 def saturation(line: Sequence[Json]) -> float | None:
-    """The lowest offered load where the accepted load stopped tracking the offered one (module
-    docstring); None if it tracked it to the highest load swept."""
-    for before, after in itertools.pairwise(line):
-        offered = after["offered_load"] - before["offered_load"]
-        accepted = after["accepted_load"] - before["accepted_load"]
-        if offered > 0 and accepted < TRACKING * offered:
-            return float(after["offered_load"])
+    """The lowest offered load from which the accepted load stays flat (module docstring); None if no
+    swept load but the highest is followed only by flat ones. O(loads^2)."""
+    for i, base in enumerate(line[:-1]):
+        if all(
+            after["accepted_load"] - base["accepted_load"]
+            < TRACKING * (after["offered_load"] - base["offered_load"])
+            for after in line[i + 1 :]
+        ):
+            return float(base["offered_load"])
     return None
+
+
+def plateau(line: Sequence[Json]) -> float | None:
+    """The mean accepted load from the saturation point on (None if the policy does not saturate)."""
+    at = saturation(line)
+    if at is None:
+        return None
+    return statistics.fmean(pt["accepted_load"] for pt in line if pt["offered_load"] >= at)
+
+
+def mean_queue(rows: Sequence[Row]) -> float:
+    """The number of jobs submitted and not yet started, averaged over the time from the first to the
+    last submission (0 if they all came at once). O(jobs log jobs)."""
+    first = min(r[3] for r in rows)
+    last = max(r[3] for r in rows)
+    if last <= first:
+        return 0.0
+    # At an instant, starts count before submissions: a job placed as it arrives never waited.
+    changes = sorted([(r[3], 1) for r in rows] + [(r[4], -1) for r in rows], key=lambda c: (c[0], c[1]))
+    waiting, at, area = 0, first, 0.0
+    for instant, step in changes:
+        when = min(instant, last)
+        area += waiting * (when - at)
+        at = when
+        if when >= last:
+            break
+        waiting += step
+    return float(area / (last - first))
 
 
 def bsld_saturation(line: Sequence[Json]) -> float | None:
@@ -145,6 +184,38 @@ def fig8(points: Sequence[Json], load: float = FIG8_LOAD) -> Json | None:
     return out
 
 
+def band_names() -> list[str]:
+    bounds = [f"{b:g}" for b in BANDS_MS]
+    return (
+        [f"< {bounds[0]} ms"]
+        + [f"{a}-{b} ms" for a, b in itertools.pairwise(bounds)]
+        + [f">= {bounds[-1]} ms"]
+    )
+
+
+def by_granularity(points: Sequence[Json], granularity: Mapping[str, int], loads: Sequence[float]) -> Json:
+    """At each of ``loads`` (targets), per policy: the mean bounded slowdown of the jobs in each
+    granularity band (:data:`BANDS_MS`; a job's granularity is its even ranks' computation per
+    iteration, ns), the bands' job counts, and the run's class changes (FCS's). O(points x jobs)."""
+
+    def band(name: str) -> int:
+        return sum(granularity[name] >= bound * 1_000_000 for bound in BANDS_MS)
+
+    out: Json = {"bands": band_names(), "loads": {}}
+    for point in points:
+        if point["target_load"] not in loads:
+            continue
+        slowdowns: list[list[float]] = [[] for _ in out["bands"]]
+        for name, _, iso, submit, _, end in point["jobs"]:
+            slowdowns[band(name)].append(bounded_slowdown(end - submit, iso))
+        at = out["loads"].setdefault(f"{point['target_load']:g}", {"counts": [len(b) for b in slowdowns]})
+        at[point["policy"]] = {
+            "mean_bsld": [statistics.fmean(b) if b else None for b in slowdowns],
+            "class_changes": point["run"].get("class_changes", {}),
+        }
+    return out
+
+
 def _at_every_load(drawn: dict[str, list[Json]], policy: str, metric: str, best: bool) -> list[float]:
     """The offered loads at which ``policy`` is not the lowest (``best``) or the highest of all policies
     in ``metric``; loads are matched by their target."""
@@ -160,6 +231,20 @@ def _at_every_load(drawn: dict[str, list[Json]], policy: str, metric: str, best:
         if not others:
             continue
         if (best and point[metric] > min(others)) or (not best and point[metric] < max(others)):
+            misses.append(point["target_load"])
+    return misses
+
+
+def _above_others(
+    drawn: dict[str, list[Json]], policy: str, others: Sequence[str], metric: str, low: float
+) -> list[float]:
+    """The swept loads from ``low`` up at which ``policy``'s ``metric`` is above any of ``others``'."""
+    misses = []
+    for point in drawn[policy]:
+        if point["target_load"] < low:
+            continue
+        rivals = [pt[metric] for o in others for pt in drawn[o] if pt["target_load"] == point["target_load"]]
+        if rivals and point[metric] > min(rivals):
             misses.append(point["target_load"])
     return misses
 
@@ -196,6 +281,12 @@ def claims(drawn: dict[str, list[Json]], figure: Json | None) -> list[Json]:
                 f"FCFS+EASY has the highest {name}", "at every load (Fig. 7)",
                 _at_every_load(drawn, "batch", metric, False),
             )  # fmt: skip
+    if all(p in drawn for p in ("fcs", "gang", "sb")):
+        add(
+            "FCS at or below gang and SB in mean bounded slowdown at high load",
+            f"issue 15 (loads >= {HIGH_LOAD:g})",
+            _above_others(drawn, "fcs", ("gang", "sb"), "mean_bsld", HIGH_LOAD),
+        )
     if "batch" in drawn:
         add(
             "FCFS+EASY has the lowest median bounded slowdown", "favours long jobs (Fig. 7d)",
@@ -230,12 +321,17 @@ def _later(a: float | None, b: float | None) -> bool | None:
     return a > b
 
 
-def report(points: Sequence[Json]) -> Json:
-    """Every figure of the report, as JSON."""
+def report(points: Sequence[Json], granularity: Mapping[str, int] | None = None) -> Json:
+    """Every figure of the report, as JSON; with the jobs' granularities (ns, by name), the mean bounded
+    slowdown per granularity band at Fig. 8's load and at the highest load every policy was swept at."""
     drawn = curves(points)
     figure = fig8(points)
     saturations = {
-        policy: {"accepted_load_rule": saturation(line), "bsld_rule": bsld_saturation(line)}
+        policy: {
+            "accepted_load_rule": saturation(line),
+            "plateau": plateau(line),
+            "bsld_rule": bsld_saturation(line),
+        }
         for policy, line in drawn.items()
     }
     gap = None
@@ -244,12 +340,20 @@ def report(points: Sequence[Json]) -> Json:
         gap = None if b is None or f is None else round(100 * (f - b), 1)
     if figure is not None:
         figure = {k: v for k, v in figure.items() if k != "responses"}
+    bands = None
+    if granularity is not None and drawn:
+        common = set.intersection(*({pt["target_load"] for pt in line} for line in drawn.values()))
+        picked = (
+            sorted({figure["load"]} & common | {max(common)}) if figure and common else sorted(common)[-1:]
+        )
+        bands = by_granularity(points, granularity, picked)
     return {
         "curves": drawn,
         "saturation": saturations,
         "gap_fcs_minus_batch_points": gap,
         "paper": {"saturation": PAPER_SATURATION, "gap_points": 10},
         "fig8": figure,
+        "granularity": bands,
         "claims": claims(drawn, fig8(points)),
     }
 
@@ -263,9 +367,9 @@ def markdown(data: Json, setup_text: str) -> str:
     lines = [setup_text, "", "### Per policy and offered load", ""]
     lines += [
         "| policy | offered load | mean response (s) | median response (s) | mean BSLD | median BSLD "
-        "| utilisation | accepted load | computing | spinning | switching | idle | makespan (s) | wall (s) "
-        "| jobs/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| utilisation | accepted load | mean queue | computing | spinning | switching | idle | makespan (s) "
+        "| wall (s) | jobs/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for policy, line in data["curves"].items():
         for pt in line:
@@ -273,7 +377,7 @@ def markdown(data: Json, setup_text: str) -> str:
             lines.append(
                 f"| {LABELS.get(policy, policy)} | {pt['offered_load']:.3f} | {_f(pt['mean_response'])} | "
                 f"{_f(pt['median_response'], 2)} | {_f(pt['mean_bsld'], 2)} | {_f(pt['median_bsld'], 2)} | "
-                f"{pt['utilisation']:.3f} | {pt['accepted_load']:.3f} | "
+                f"{pt['utilisation']:.3f} | {pt['accepted_load']:.3f} | {pt['mean_queue']:.2f} | "
                 + " | ".join(f"{cpu[name]:.3f}" for name in CPU)
                 + f" | {_f(pt['makespan'], 0)} | {_f(pt['wall_seconds'])} | "
                 + f"{_f(pt['jobs_per_wall_second'], 2)} |"
@@ -282,25 +386,28 @@ def markdown(data: Json, setup_text: str) -> str:
         "",
         f"Bounded slowdown: max(1, response / max(isolated runtime, {BSLD_THRESHOLD:g} s)). Utilisation: "
         "sum(isolated runtime x size) / (PEs x makespan). Accepted load: the isolated work done by the last "
-        "arrival (running jobs pro rata of their time) / (PEs x last arrival). CPU shares: the PEs' time "
-        "computing, polling or spinning in calls, in context switches and wake-ups, and idle. Wall: this "
-        "machine's seconds for the run; jobs/s: jobs simulated per wall second.",
+        "arrival (running jobs pro rata of their time) / (PEs x last arrival). Mean queue: jobs waiting "
+        "for a place, averaged over the arrivals' span. CPU shares: the PEs' time computing, polling or "
+        "spinning in calls, in context switches and wake-ups, and idle. Wall: this machine's "
+        "seconds for the run; jobs/s: jobs simulated per wall second.",
         "",
         "### Saturation",
         "",
         "Rule (ours, after the paper's 'relatively constant accepted load'): the lowest swept offered load "
-        f"at which the accepted load grew by less than {TRACKING:g} x the offered load's growth since the "
-        f"previous swept load (so never the lowest load swept). Beside it, the first load whose mean BSLD "
-        f"exceeds {SATURATION_BSLD:g} (storm sim sweep's rule).",
+        f"from which the accepted load stays flat, growing by less than {TRACKING:g} x the offered load's "
+        "growth to every higher load swept (so never the highest load swept). Plateau: the mean accepted "
+        "load from there on, the machine's capacity under the policy. Beside them, the first load whose mean "
+        f"BSLD exceeds {SATURATION_BSLD:g} (storm sim sweep's rule).",
         "",
-        "| policy | saturates at (accepted-load rule) | mean BSLD > 100 from | paper |",
-        "|---|---:|---:|---:|",
+        "| policy | saturates at (accepted-load rule) | plateau | mean BSLD > 100 from | paper |",
+        "|---|---:|---:|---:|---:|",
     ]
     for policy, sat in data["saturation"].items():
         paper = PAPER_SATURATION.get(policy)
         lines.append(
             f"| {LABELS.get(policy, policy)} | {_load(sat['accepted_load_rule'])} | "
-            f"{_load(sat['bsld_rule'])} | {'~' + format(paper, '.0%') if paper else '-'} |"
+            f"{_f(sat['plateau'], 3)} | {_load(sat['bsld_rule'])} | "
+            f"{'~' + format(paper, '.0%') if paper else '-'} |"
         )
     gap = data["gap_fcs_minus_batch_points"]
     lines += [
@@ -329,6 +436,7 @@ def markdown(data: Json, setup_text: str) -> str:
                     f"| {q:g} | " + " | ".join(_f(by_policy[p][f"{q:g}"], 2) for p in policies) + " |"
                 )
             lines.append("")
+    lines += _granularity_lines(data.get("granularity"))
     lines += [
         "### Against the paper (section 5.2)",
         "",
@@ -339,6 +447,33 @@ def markdown(data: Json, setup_text: str) -> str:
         agrees = {True: "yes", False: "**no**", None: "-"}[c["agrees"]]
         lines.append(f"| {c['claim']} | {c['paper']} | {c['model']} | {agrees} |")
     return "\n".join(lines) + "\n"
+
+
+def _granularity_lines(bands: Json | None) -> list[str]:
+    if not bands or not bands["loads"]:
+        return []
+    lines = ["### Mean bounded slowdown by granularity (even ranks' computation per iteration)", ""]
+    for load, at in bands["loads"].items():
+        policies = [p for p in at if p != "counts"]
+        lines += [
+            f"At load {load}:",
+            "",
+            "| policy | "
+            + " | ".join(f"{b} ({n} jobs)" for b, n in zip(bands["bands"], at["counts"], strict=True))
+            + " |",
+            "|---|" + "---:|" * len(bands["bands"]),
+        ]
+        for policy in policies:
+            lines.append(
+                f"| {LABELS.get(policy, policy)} | "
+                + " | ".join(_f(x, 2) for x in at[policy]["mean_bsld"])
+                + " |"
+            )
+        changes = at.get("fcs", {}).get("class_changes")
+        if changes:
+            lines += ["", "FCS's class changes: " + ", ".join(f"{k} {v}" for k, v in changes.items()) + "."]
+        lines.append("")
+    return lines
 
 
 def plot(points: Sequence[Json], path: str, title: str) -> None:
