@@ -58,7 +58,7 @@ class Classifier:
             if restart:
                 self.monitor.reset_rank(unit.job_id, unit.index)
             if new.klass is not old.klass:
-                self.switcher.classes[key] = new.klass
+                self.switcher.set_class(key, new.klass)
                 change = ClassChange(
                     job_id=unit.job_id,
                     rank=unit.rank,

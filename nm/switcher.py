@@ -19,8 +19,9 @@ import logging
 import signal
 import statistics
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from storm.mm.protocol import FcsParameters, Policy
 from storm.nm.fcs import Decision, Klass, Process, decide
@@ -106,17 +107,65 @@ class ContextSwitcher:
         self.trace = trace
         self.on_switch = on_switch  # told (job id, record index, running) when a rank is stopped or continued
         self.set_wait = set_wait  # asked (job id, record index, spin-block?) to change how a rank waits
-        self.policy = Policy.BATCH
         self.units: dict[Key, Unit] = {}
         self.followers: dict[int, Follower] = {}  # pid -> a spawned process
-        self.classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)
-        self.f_priority = FcsParameters.f_priority  # FCS: which F processes have priority (the MM says)
+        self._classes: dict[Key, Klass] = {}  # FCS: each process's class (CS until it shows otherwise)
+        self._policy = Policy.BATCH
+        self._f_priority = FcsParameters.f_priority  # FCS: which F processes have priority (the MM says)
         # FCS: the nice of the processes sharing a PE with a prioritized F process (the MM says)
-        self.background_nice = FcsParameters.background_nice
+        self._background_nice = FcsParameters.background_nice
         self.group_nice: dict[int, int] = {}  # job -> the nice of its ranks' autogroup on this node
         self.active: int | None = None
         self.durations: deque[float] = deque(maxlen=SAMPLES)  # seconds from arrival to effect
         self.switches = 0
+        # A node decides for every rank at every heartbeat, and mostly decides what it decided for that row
+        # the last time: the decisions per row are kept until something they depend on changes (the
+        # ranks, their rows and classes, the policy), and a switch to the decisions already in force (the
+        # same object, with nothing changed in the ranks' state since) signals nothing, so it does nothing.
+        self._decided: dict[int | None, dict[Key, Decision]] = {}
+        self._applied: dict[Key, Decision] | None = None
+
+    # ------------------------------------------------------------------------------------------- settings
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self._policy = policy
+        self._decisions_changed()
+
+    @property
+    def f_priority(self) -> str:
+        return self._f_priority
+
+    @f_priority.setter
+    def f_priority(self, f_priority: str) -> None:
+        self._f_priority = f_priority
+        self._decisions_changed()
+
+    @property
+    def background_nice(self) -> int:
+        return self._background_nice
+
+    @background_nice.setter
+    def background_nice(self, nice: int) -> None:
+        self._background_nice = nice
+        self._applied = None
+
+    @property
+    def classes(self) -> Mapping[Key, Klass]:
+        """FCS: each process's class (absent: CS, until it shows otherwise). Changed by :meth:`set_class`."""
+        return MappingProxyType(self._classes)
+
+    def set_class(self, key: Key, klass: Klass) -> None:
+        self._classes[key] = klass
+        self._decisions_changed()
+
+    def _decisions_changed(self) -> None:
+        self._decided.clear()
+        self._applied = None
 
     # ------------------------------------------------------------------------------------------- jobs
 
@@ -124,16 +173,19 @@ class ContextSwitcher:
         """A job's local ranks, as (rank, PE) in the order of its slots (= its records in the segment)."""
         for index, (rank, pe) in enumerate(slots):
             self.units[(job_id, rank)] = Unit(job_id=job_id, rank=rank, index=index, pe=pe, row=row)
+        self._decisions_changed()
 
     def set_row(self, job_id: int, row: int) -> None:
         for unit in self._of(job_id):
             unit.row = row
+        self._decisions_changed()
 
     def started(self, job_id: int, pids: dict[int, int]) -> None:
         """The job's ranks exist: put them in the state the current slice wants at once."""
         for unit in self._of(job_id):
             unit.pid = pids.get(unit.rank, 0)
             unit.running = True  # a new process runs, whatever was decided for it before it existed
+        self._applied = None
         # All decisions, not only the job's: whether its ranks yield on a PE depends on whether another
         # job's F process has priority there. The other ranks' decisions are unchanged: no signals.
         self._apply(self.decide(self.active))
@@ -143,25 +195,29 @@ class ContextSwitcher:
         unit = self.units.get((job_id, rank))
         if unit is not None:
             unit.pid = 0
+            self._applied = None
 
     def remove(self, job_id: int) -> None:
         """The job is over or being killed: it is no longer switched (the kill continues it first)."""
         for key in [k for k in self.units if k[0] == job_id]:
             del self.units[key]
-            self.classes.pop(key, None)
+            self._classes.pop(key, None)
         for pid in [pid for pid, f in self.followers.items() if f.job_id == job_id]:
             del self.followers[pid]
         self.group_nice.pop(job_id, None)
+        self._decisions_changed()
 
     def follow(self, job_id: int, pid: int, pe: int) -> None:
         """A process the job spawned on PE ``pe``: from now on it runs when the job's rank there runs (it is
         put in that rank's state at once)."""
         self.followers[pid] = Follower(job_id=job_id, pe=pe)
+        self._applied = None
         self._apply(self.decide(self.active))
 
     def unfollow(self, pid: int) -> None:
         """A spawned process ended: never signal its process group again."""
         self.followers.pop(pid, None)
+        self._applied = None
 
     def _of(self, job_id: int) -> list[Unit]:
         return [u for u in self.units.values() if u.job_id == job_id]
@@ -169,11 +225,21 @@ class ContextSwitcher:
     # ------------------------------------------------------------------------------------------- deciding
 
     def decide(self, active: int | None) -> dict[Key, Decision]:
+        """Every rank's decision for row ``active`` (kept until what it depends on changes: __init__).
+        A row whose decisions are those of another row kept already gets that one's object. O(1) when
+        kept; O(n) to decide for n ranks, and O(n) per row kept to compare."""
+        decided = self._decided.get(active)
+        if decided is not None:
+            return decided
+        classes = self._classes
         processes = (
-            Process(key=key, pe=u.pe, row=u.row, klass=self.classes.get(key, Klass.CS))
+            Process(key=key, pe=u.pe, row=u.row, klass=classes.get(key, Klass.CS))
             for key, u in self.units.items()
         )
-        return decide(self.policy, processes, active, f_always=self.f_priority == "always")
+        decided = decide(self._policy, processes, active, f_always=self._f_priority == "always")
+        decided = next((kept for kept in self._decided.values() if kept == decided), decided)
+        self._decided[active] = decided
+        return decided
 
     # ------------------------------------------------------------------------------------------- switching
 
@@ -196,7 +262,10 @@ class ContextSwitcher:
         self._record(check.seq, check.row, check.sent, check.received, done, ranks=len(check.expected))
 
     def _apply(self, decisions: dict[Key, Decision]) -> dict[int, bool]:
-        """Signal what must change; return pid -> whether it should now run, for the check."""
+        """Signal what must change; return pid -> whether it should now run, for the check. Nothing
+        changes when ``decisions`` are those in force (__init__)."""
+        if decisions is self._applied:
+            return {}
         stop = [k for k, d in decisions.items() if not d.run and self.units[k].running]
         cont = [k for k, d in decisions.items() if d.run and not self.units[k].running]
         expected: dict[int, bool] = {}
@@ -234,6 +303,7 @@ class ContextSwitcher:
                 self.os.set_nice(pid, nice)
                 follower.nice = nice
         self._set_group_nice()
+        self._applied = decisions
         return expected
 
     def _follow_leaders(self, leaders: dict[tuple[int, int], Unit]) -> dict[int, bool]:

@@ -67,7 +67,7 @@ def test_fcs_gives_a_cs_process_its_slot_alone_and_lets_dc_fill_the_others() -> 
     switcher, fake, waits = node("fcs")
     switcher.started(1, {0: 100})
     switcher.started(2, {0: 200})
-    switcher.classes[(2, 0)] = Klass.DC  # job 1 stays CS (the default)
+    switcher.set_class((2, 0), Klass.DC)  # job 1 stays CS (the default)
     assert run(switcher, fake, 0) == [(200, signal.SIGSTOP)]  # CS alone, polling
     assert run(switcher, fake, 1) == [(100, signal.SIGSTOP), (200, signal.SIGCONT)]
     assert (2, 0, True) in waits and (1, 0, True) not in waits
@@ -79,8 +79,8 @@ def test_fcs_prioritizes_the_f_process_of_the_slot_over_the_dc_sharing_its_pe() 
     switcher.f_priority = "slot"
     switcher.started(1, {0: 100})
     switcher.started(2, {0: 200})
-    switcher.classes[(1, 0)] = Klass.F
-    switcher.classes[(2, 0)] = Klass.DC
+    switcher.set_class((1, 0), Klass.F)
+    switcher.set_class((2, 0), Klass.DC)
     run(switcher, fake, 0)
     assert fake.nice == {200: BACKGROUND_NICE}  # job 1 is F in its own slot; DC job 2 yields to it
     assert fake.group_nice == {200: BACKGROUND_NICE}  # and so does job 2's session on this node
@@ -99,7 +99,8 @@ def test_a_jobs_session_yields_only_if_all_its_ranks_on_the_node_yield() -> None
     switcher.add(2, [(0, 0), (1, 1)], row=0)
     switcher.started(1, {0: 100})
     switcher.started(2, {0: 200, 1: 201})
-    switcher.classes.update({(1, 0): Klass.F, (2, 0): Klass.DC, (2, 1): Klass.F})
+    for key, klass in {(1, 0): Klass.F, (2, 0): Klass.DC, (2, 1): Klass.F}.items():
+        switcher.set_class(key, klass)
     run(switcher, fake, 0)
     assert fake.nice == {200: BACKGROUND_NICE}
     assert fake.group_nice == {}  # the session keeps nice 0: rank 1 of job 2 has priority on PE 1
@@ -124,8 +125,8 @@ def test_a_job_starting_beside_an_f_process_with_priority_yields_at_once() -> No
     background nice when it starts, not at the next heartbeat."""
     switcher, fake, _ = node("fcs")
     switcher.started(1, {0: 100})
-    switcher.classes[(1, 0)] = Klass.F
-    switcher.classes[(2, 0)] = Klass.DC
+    switcher.set_class((1, 0), Klass.F)
+    switcher.set_class((2, 0), Klass.DC)
     run(switcher, fake, 0)
     switcher.started(2, {0: 200})
     assert fake.nice == {200: BACKGROUND_NICE} and fake.group_nice == {200: BACKGROUND_NICE}
@@ -138,7 +139,7 @@ def test_the_background_nice_is_the_one_the_mm_sets() -> None:
     switcher.background_nice = 5
     switcher.started(1, {0: 100})
     switcher.started(2, {0: 200})
-    switcher.classes[(1, 0)] = Klass.F
-    switcher.classes[(2, 0)] = Klass.DC
+    switcher.set_class((1, 0), Klass.F)
+    switcher.set_class((2, 0), Klass.DC)
     run(switcher, fake, 0)
     assert fake.nice == {200: 5} and fake.group_nice == {200: 5}
