@@ -16,7 +16,7 @@ import hashlib
 import os
 import secrets
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import posix_ipc
 
@@ -46,9 +46,9 @@ CALLS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class RankCounters:
-    """One consistent snapshot of a rank's record."""
+class RankCounters(NamedTuple):
+    """One consistent snapshot of a rank's record. A named tuple: the node manager makes one per rank at
+    every time slice, about a fifth of what a frozen dataclass costs."""
 
     pid: int
     rank: int

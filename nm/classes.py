@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import replace
 
 from storm.mm.protocol import ClassChange, FcsParameters
-from storm.nm.fcs import ProcessClass, end_of_slot
+from storm.nm.fcs import ProcessClass, end_of_slot, judged
 from storm.nm.monitor import Measurements
 from storm.nm.switcher import ContextSwitcher, Key
 
@@ -50,10 +50,15 @@ class Classifier:
                 old = self.state(key)
                 self.states[key] = replace(old, tslots=old.tslots + 1)
                 continue
-            # None for a process that has not entered MPI through the hook: it does not communicate.
-            measured = self.monitor.measure_rank(unit.job_id, unit.index)
             old = self.state(key)
-            new, restart = end_of_slot(old, measured, self.constants, job_reset=unit.job_id in resets)
+            reset = unit.job_id in resets
+            # None for a process that has not entered MPI through the hook: it does not communicate.
+            measured = (
+                self.monitor.measure_rank(unit.job_id, unit.index)
+                if judged(old, self.constants, job_reset=reset)
+                else None
+            )
+            new, restart = end_of_slot(old, measured, self.constants, job_reset=reset)
             self.states[key] = new
             if restart:
                 self.monitor.reset_rank(unit.job_id, unit.index)

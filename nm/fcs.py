@@ -66,6 +66,13 @@ def classify(measured: Measurement, constants: FcsParameters) -> Klass:
     return Klass.DC
 
 
+def judged(state: ProcessClass, constants: FcsParameters, *, job_reset: bool = False) -> bool:
+    """Whether :func:`end_of_slot` will look at this slot's measurement: not before the process has had
+    its ``cslots_min`` slots in its class, nor at a job reset. A node skips measuring the others (a
+    measurement costs a read of the kernel's CPU time)."""
+    return not job_reset and state.cslots + 1 >= constants.cslots_min
+
+
 def end_of_slot(
     state: ProcessClass, measured: Measurement | None, constants: FcsParameters, *, job_reset: bool = False
 ) -> tuple[ProcessClass, bool]:

@@ -79,6 +79,7 @@ class JobMonitor:
         self.stopped_polling_ns = [0] * len(ranks)
         self._paused: dict[int, tuple[int, bool]] = {}  # index -> (monotonic ns at the stop, polling)
         self.sampled_ns = 0  # when the records were last read
+        self.all_active = False  # every rank's latest record says it entered MPI
         # For the profile: when each rank started (monotonic ns) and how long it has been stopped in all.
         self.start_ns = [0] * len(ranks)
         self.stopped_all_ns = [0] * len(ranks)
@@ -115,11 +116,17 @@ class JobMonitor:
         """
         fresh = self.segment.read_all()
         self.sampled_ns = self.clock()
+        if self.all_active and all(fresh):
+            # Every rank had entered MPI (the hook never clears ACTIVE) and every record was read (all():
+            # None is the only false one): no rank begins, no old record is kept.
+            self.latest = fresh
+            return []
         began = [
             i for i, (new, old) in enumerate(zip(fresh, self.latest, strict=True))
             if new is not None and new.active and not (old is not None and old.active)
         ]  # fmt: skip
         self.latest = [new if new is not None else old for new, old in zip(fresh, self.latest, strict=True)]
+        self.all_active = all(c is not None and c.active for c in self.latest)
         return began
 
     def measure(self, index: int, cpu_ns: int | None) -> Measurement | None:

@@ -280,7 +280,7 @@ def probe_bsp(argv: list[str]) -> int:
     def take(key: str) -> None:
         counters = segment.read(index)
         assert counters is not None  # the hook does not write while this thread is outside MPI
-        snapshots[key] = dataclasses.asdict(counters) | thread_sched()
+        snapshots[key] = counters._asdict() | thread_sched()
 
     class Probed(bsp.Rank):
         exchanges = 0
