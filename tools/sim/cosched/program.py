@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from functools import cached_property
 
 
 class Pattern(Enum):
     NONE = "none"
     RING = "ring"
     ALLREDUCE = "allreduce"
+
+
+# Program.partner_table's tables by (pattern, ranks): they depend on nothing else.
+_PARTNER_TABLES: dict[tuple[Pattern, int], tuple[tuple[int, ...], ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,16 @@ class Program:
             return ()
         return tuple(sorted({(rank - 1) % n, (rank + 1) % n}))
 
-    @cached_property
+    @property
     def partner_table(self) -> tuple[tuple[int, ...], ...]:
-        """:meth:`partners` of every rank, computed once per program: the node model's shortcut reads it on
-        every walk, and an all-reduce's table is O(ranks^2)."""
-        return tuple(self.partners(r) for r in range(self.ranks))
+        """:meth:`partners` of every rank. The node model reads it at every arrival and every walk of the
+        shortcut, and an all-reduce's table is O(ranks^2): it is made once per pattern and size, for all
+        programs (a cached_property would be computed at every read once mypyc compiles the class)."""
+        key = (self.pattern, self.ranks)
+        table = _PARTNER_TABLES.get(key)
+        if table is None:
+            table = _PARTNER_TABLES[key] = tuple(self.partners(r) for r in range(self.ranks))
+        return table
 
     def dedicated_ns(self) -> int:
         """The runtime with every rank alone on its own PE, polling, at no cost (the recurrence above with
