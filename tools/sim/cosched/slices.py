@@ -60,15 +60,16 @@ def update_queue(model: CoschedModel, pe_index: int, now: int) -> None:
             if not runner.control.stopped:
                 model._progress(runner, now)  # its switch may have just ended: what came meanwhile
         competing = model._competing(pe)
-        runnable = {p.index for p in competing}
         was_alone = len(pe.queue) == 1 and pe.running is not None
-        pe.queue = [i for i in pe.queue if i in runnable]
-        queued = set(pe.queue)
-        fresh = [p.index for p in competing if p.index not in queued]
-        if pe.running is not None and pe.running not in runnable:
-            pe.running = None  # it blocked, was stopped or finished: the rest of its slice is lost
-        at = local.newcomers_at(pe) if model.costs.local is not None else len(pe.queue)
-        pe.queue[at:at] = fresh
+        if not _same_members(pe.queue, competing):  # most events change nobody's place in the queue
+            runnable = {p.index for p in competing}
+            pe.queue = [i for i in pe.queue if i in runnable]
+            queued = set(pe.queue)
+            fresh = [p.index for p in competing if p.index not in queued]
+            if pe.running is not None and pe.running not in runnable:
+                pe.running = None  # it blocked, was stopped or finished: the rest of its slice is lost
+            at = local.newcomers_at(pe) if model.costs.local is not None else len(pe.queue)
+            pe.queue[at:at] = fresh
         if local.daemon_due(model, pe, now):
             local.daemon(model, pe, now)
             continue  # it may have changed who runs, and moved processes on
@@ -92,6 +93,24 @@ def update_queue(model: CoschedModel, pe_index: int, now: int) -> None:
         else:
             local.dispatched(model, pe, head, now, slice_of(model, head))
         model._progress(head, now)
+
+
+def _same_members(queue: list[int], competing: list[_Process]) -> bool:
+    """Whether the queue holds exactly the competing processes (the runner, if any, is one of the queue's).
+    O(n^2) for n of them, a handful, without building a set: compiled, a set of process indexes would box
+    every index, and this runs at every rescheduling."""
+    if len(queue) != len(competing):
+        return False
+    for p in competing:
+        index = p.index
+        found = False
+        for queued in queue:
+            if queued == index:
+                found = True
+                break
+        if not found:
+            return False
+    return True
 
 
 def sync(model: CoschedModel, pe: _Pe, start: int, now: int) -> int:
@@ -177,17 +196,30 @@ def next_change(model: CoschedModel, pe: _Pe, now: int) -> int | None:
     first = min(end - now, p.remaining) if p.phase is not Phase.WAIT else 0
     if p.phase is not Phase.WAIT and p.remaining <= end - now:
         return now + p.remaining  # within its slice; the rest, if it runs on, are later
-    order, lengths, offsets, rounds = _rounds(model, pe)
-    candidates = []
-    for j, index in enumerate(order):
-        q = model._processes[index]
+    # The rounds after the runner's slice, as _rounds lays them out, walked without building its lists:
+    # this runs at every rescheduling of a shared PE.
+    processes, queue = model._processes, pe.queue
+    n = len(queue)
+    rounds = 0
+    for index in queue:
+        rounds += slice_of(model, processes[index])
+    earliest: int | None = None
+    offset = 0
+    for j in range(n):
+        index = queue[(j + 1) % n]  # the runner, queue[0], comes last
+        q = processes[index]
+        length = slice_of(model, q)
         need = q.remaining - (first if index == p.index else 0)
+        candidate: int | None = None
         if q.phase is Phase.WAIT or (q.phase is Phase.WAKING and need <= 0):
             if index != p.index and (
                 q.phase is Phase.WAKING or (q.ready_ns is not None and q.ready_ns <= now)
             ):
-                candidates.append(end + offsets[j] + 1)  # it returns when it comes to run
-            continue
-        whole = (need - 1) // lengths[j]
-        candidates.append(end + whole * rounds + offsets[j] + need - whole * lengths[j])
-    return min(candidates) if candidates else None
+                candidate = end + offset + 1  # it returns when it comes to run
+        else:
+            whole = (need - 1) // length
+            candidate = end + whole * rounds + offset + need - whole * length
+        if candidate is not None and (earliest is None or candidate < earliest):
+            earliest = candidate
+        offset += length
+    return earliest
