@@ -176,6 +176,7 @@ class ModelSegment(HookSegment):
         super().__init__(name, -1, len(ranks))
         self.job_id = job_id
         self.ranks = ranks
+        self.keys = [(job_id, rank) for rank in ranks]  # each record's process in the model
         self.table = table
         self.pids: dict[int, int] = {}  # record index -> pid, once started
         # Per record, the last one read and what it was read from: a rank that entered or left no call
@@ -185,31 +186,34 @@ class ModelSegment(HookSegment):
     def read_all(self) -> list[RankCounters | None]:
         """Every record, as the hook would have written it by now. O(ranks)."""
         out: list[RankCounters | None] = []
-        for index, rank in enumerate(self.ranks):
-            key = (self.job_id, rank)
-            if key not in self.table.controls:
+        table = self.table
+        controls, changed, pids, kept = table.controls, table.changes, self.pids, self._last
+        for index, key in enumerate(self.keys):
+            control = controls.get(key)
+            if control is None:
                 out.append(None)  # not started: the hook has not written its record yet
                 continue
-            pid = self.pids.get(index, 0)
-            last = self._last.get(index)
-            # A rank stopped when last read, and not continued since, has entered and left no call.
-            changes = self.table.changes.get(key, 0)
-            if last is not None and last[0][0] == pid and last[0][1] == changes and last[0][2]:
-                out.append(last[1])
-                continue
-            c = self.table.model.reading(key)
+            pid = pids.get(index, 0)
+            last = kept.get(index)
+            changes = changed.get(key, 0)
+            if last is not None:
+                seen = last[0]
+                # A rank stopped when last read, and not continued since, has entered and left no call.
+                if seen[0] == pid and seen[1] == changes and seen[2]:
+                    out.append(last[1])
+                    continue
+            c = table.model.reading(key)
             # Every field changes only when a call begins (enter_ns, in_call) or returns (calls).
-            source = (pid, changes, self.table.controls[key].stopped, c.calls, c.enter_ns, c.in_call)
+            source = (pid, changes, control.stopped, c.calls, c.enter_ns, c.in_call)
             if last is not None and last[0][3:] == source[3:] and last[0][0] == pid:
-                self._last[index] = (source, last[1])
+                kept[index] = (source, last[1])
                 out.append(last[1])
                 continue
             record = RankCounters(
-                pid=pid, rank=rank, flags=ACTIVE, in_call=c.in_call, calls=c.calls, events=c.events,
-                comm_ns=c.comm_ns, enter_ns=c.enter_ns, exit_ns=c.exit_ns, spin_ns=c.spin_ns,
-                block_ns=c.block_ns, call=SENDRECV if c.calls else 0,
+                pid, key[1], ACTIVE, c.in_call, c.calls, c.events, c.comm_ns, c.enter_ns, c.exit_ns,
+                c.spin_ns, c.block_ns, SENDRECV if c.calls else 0,
             )  # fmt: skip
-            self._last[index] = (source, record)
+            kept[index] = (source, record)
             out.append(record)
         return out
 

@@ -194,7 +194,10 @@ class CoschedCluster:
         level = logger.level
         logger.setLevel(logging.WARNING)  # the cores log a line per launch, switch and end
         try:
-            with tempfile.TemporaryDirectory(prefix="storm-sim-") as run_dir:
+            # The node cores keep each job's directory as storm-nm does; in memory where the host has a
+            # tmpfs for it, since a run makes and removes thousands of them.
+            scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            with tempfile.TemporaryDirectory(prefix="storm-sim-", dir=scratch) as run_dir:
                 self._boot(Path(run_dir))
                 self._run(sorted(jobs, key=lambda j: j.submit_ns), limit_ns)
                 for name in list(self.deferred):
