@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from storm.mm.protocol import FcsParameters
 from storm.tools.sim import cli
 from storm.tools.sim.cosched import dynamic_cli, dynamic_report, dynamic_sweep
 from storm.tools.sim.cosched.cluster import NS, CoschedCluster, SimJob
@@ -338,6 +339,27 @@ def test_the_cli_defaults_are_the_setups() -> None:
     assert setup == dynamic_sweep.Setup()
     given = dynamic_cli.setup_from(parse("--count", "50", "--granularity", "2,500", "--imbalanced", "0"))
     assert given.count == 50 and given.draws == Draws(0.002, 0.5, 0.0)
+    assert tuple(float(x) for x in dynamic_cli.LOADS.split(",")) == dynamic_sweep.LOADS
+    slower = dynamic_cli.setup_from(parse("--wakeup-us", "2000"))
+    assert slower.calibration == dataclasses.replace(Calibration(), wakeup_ns=2_000_000)
+    assert slower.key() != setup.key()  # its points are not another wake-up cost's
+
+
+def test_an_fcs_variant_runs_with_its_settings(tmp_path: Path) -> None:
+    # Every process is reclassified after its first assigned slot instead of its 20th: on this workload the
+    # first class changes come sooner, and the shipped constants are kept otherwise (f_priority "always").
+    label = "fcs@cslots_min=1"
+    plain, variant = dynamic_sweep.run_sweep(TINY, ["fcs", label], [1.5], tmp_path)
+    assert variant["policy"] == label and (tmp_path / "points" / f"{label}-1.500.json").exists()
+    workload = TINY.workload()
+    for point, cslots_min in ((plain, 20), (variant, 1)):
+        fcs = dataclasses.replace(FcsParameters(), cslots_min=cslots_min)
+        cluster = CoschedCluster(
+            2, 2, "fcs", mpl=6, costs=Calibration().costs, fcs=fcs, seed=TINY.seed, profile=False
+        )
+        result = cluster.run(workload.at_load(1.5), limit_ns=10**6 * NS)
+        assert [[j.name, j.start, j.end] for j in result.jobs] == [[r[0], r[4], r[5]] for r in point["jobs"]]
+    assert variant["jobs"] != plain["jobs"]
 
 
 @pytest.mark.parametrize(
@@ -350,6 +372,10 @@ def test_the_cli_defaults_are_the_setups() -> None:
         (["--count", "1"], "--count: at least 2 jobs"),
         (["--policies", "gang,rr"], "unknown policy 'rr'"),
         (["--jobs", "0"], "--jobs: at least 1"),
+        (["--policies", "fcs@cslots=5"], "unknown FCS setting 'cslots'"),
+        (["--policies", "gang@cslots_min=5"], "only fcs takes settings"),
+        (["--policies", "fcs@cslots_min"], "settings are key=value"),
+        (["--wakeup-us", "-1"], "--wakeup-us: a number of microseconds"),
     ],
 )
 def test_a_bad_option_is_a_clear_error(

@@ -8,6 +8,7 @@ holds equal to these).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 POLICIES = "batch,gang,sb,fcs"
-LOADS = "0.5,0.6,0.7,0.74,0.8,0.85,0.9"
+LOADS = "0.5,0.6,0.7,0.74,0.8,0.85,0.9,0.95,1,1.1,1.2"
 DEFAULTS = {
     "count": 1000, "seed": 0, "span": 7200.0, "mix": "typed", "sizes": "scale", "nodes": 16,
     "pes_per_node": 2, "mpl": 6, "slice_ms": 100.0, "granularity": "1,1000", "imbalanced": 0.5,
@@ -30,6 +31,7 @@ EXAMPLES = """examples:
   storm sim dynamic -j 2                                  # the paper's setup, into ./storm-sim-dynamic/
   storm sim dynamic --policies batch,fcs --loads 0.7,0.8,0.9 --dir quick
   storm sim dynamic --trace NASA-iPSC-1993-3.1-cln.swf --sizes scale --dir nasa
+  storm sim dynamic --policies sb,fcs,"fcs@cslots_min=5" --loads 1,1.2 --wakeup-us 2000 --dir what-if
 """
 
 
@@ -71,8 +73,15 @@ def add_parser(sub: Any) -> None:
     machine.add_argument("--pes-per-node", type=int, default=d["pes_per_node"], help="default 2")
     machine.add_argument("--mpl", type=int, default=d["mpl"], help="time-sharing policies' MPL (default 6)")
     machine.add_argument("--slice-ms", type=float, default=d["slice_ms"], help="time slice (default 100)")
+    machine.add_argument(
+        "--wakeup-us", type=float, default=None,
+        help="CPU a blocked rank needs once its message is in (default: the calibrated 500)",
+    )  # fmt: skip
     sweep = dy.add_argument_group("sweep")
-    sweep.add_argument("--policies", default=POLICIES, help=f"comma-separated (default {POLICIES})")
+    sweep.add_argument(
+        "--policies", default=POLICIES,
+        help=f"comma-separated (default {POLICIES}); fcs@key=value;... sets [fcs] constants",
+    )  # fmt: skip
     sweep.add_argument("--loads", default=LOADS, help=f"offered loads (default {LOADS})")
     sweep.add_argument(
         "-j", "--jobs", type=int, default=None, help="points run at once (default: this machine's CPUs)"
@@ -98,6 +107,7 @@ def setup_from(args: argparse.Namespace) -> Any:
     """The sweep's :class:`Setup` from the options; ValueError with the option's name if one is wrong."""
     from storm.tools.sim.cosched.dynamic import Draws
     from storm.tools.sim.cosched.dynamic_sweep import Setup
+    from storm.tools.sim.cosched.scenarios import Calibration
     from storm.tools.sim.swf import file_sha256
 
     if args.count < 2:
@@ -117,11 +127,17 @@ def setup_from(args: argparse.Namespace) -> Any:
         raise ValueError("--jobs: at least 1")
     draws = Draws(granularity_min_s=granularity[0] / 1000, granularity_max_s=granularity[1] / 1000,
                   imbalanced_share=args.imbalanced)  # fmt: skip
+    calibration = Calibration()
+    if args.wakeup_us is not None:
+        if not args.wakeup_us >= 0:
+            raise ValueError("--wakeup-us: a number of microseconds, at least 0")
+        calibration = dataclasses.replace(calibration, wakeup_ns=round(args.wakeup_us * 1000))
     trace = str(Path(args.trace).absolute()) if args.trace else None
     return Setup(
         count=args.count, seed=args.seed, span_s=args.span, mix=args.mix, trace=trace,
         trace_sha256=file_sha256(trace) if trace else None, sizes=args.sizes, nodes=args.nodes,
         pes_per_node=args.pes_per_node, mpl=args.mpl, slice_s=args.slice_ms / 1000, draws=draws,
+        calibration=calibration,
     )  # fmt: skip
 
 

@@ -22,15 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm.protocol import FcsParameters
+from storm.tools.scenarios import parse_policy
 from storm.tools.sim.cosched.cluster import NS, CoschedCluster
 from storm.tools.sim.cosched.dynamic import Draws, DynamicWorkload, from_lublin, from_trace
 from storm.tools.sim.cosched.dynamic_report import summarize
-from storm.tools.sim.cosched.scenarios import Calibration
+from storm.tools.sim.cosched.scenarios import Calibration, fcs_parameters
 from storm.tools.sim.swf import file_sha256, machine_from_header, read_swf
 
 Json = dict[str, Any]
 POLICIES = ("batch", "gang", "sb", "fcs")
-LOADS = (0.5, 0.6, 0.7, 0.74, 0.8, 0.85, 0.9)
+LOADS = (0.5, 0.6, 0.7, 0.74, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1, 1.2)
 POINT_FORMAT = "storm-sim-dynamic-point/1"
 
 
@@ -83,9 +84,11 @@ def run_point(setup: Setup, workload: DynamicWorkload, policy: str, load: float)
     """One run: the jobs at ``load`` under ``policy``. Returns the point's JSON (its per-job rows, the
     PEs' counters, the summary); cost: the run's."""
     jobs = workload.at_load(load)
+    name, settings = parse_policy(policy)
     cluster = CoschedCluster(
-        setup.nodes, setup.pes_per_node, policy, mpl=setup.mpl, slice_s=setup.slice_s,
-        costs=setup.calibration.costs, fcs=FcsParameters(), seed=setup.seed, profile=False,
+        setup.nodes, setup.pes_per_node, name, mpl=setup.mpl, slice_s=setup.slice_s,
+        costs=setup.calibration.costs, fcs=fcs_parameters(settings, FcsParameters()), seed=setup.seed,
+        profile=False,
     )  # fmt: skip
     # Far beyond any run that ends: every job one after the other, twice over, after the last arrival.
     limit = 2 * (max(j.submit_ns for j in jobs) + sum(j.isolated_ns for j in workload.jobs)) + 3600 * NS
@@ -166,8 +169,12 @@ def run_sweep(
     """Every (policy, load), in that order in the result: read back from ``directory`` when already there,
     else run (``workers`` at a time) and written there as each finishes."""
     for policy in policies:
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
+        name, settings = parse_policy(policy)
+        if name not in POLICIES:
+            raise ValueError(f"unknown policy {name!r}: one of {', '.join(POLICIES)}")
+        if settings and name != "fcs":
+            raise ValueError(f"{policy!r}: only fcs takes settings (fcs@cslots_min=5;f_priority=slot)")
+        fcs_parameters(settings, FcsParameters())  # an unknown or mistyped setting fails here, not later
     if not loads or min(loads) <= 0:
         raise ValueError("offered loads must be positive")
     tell = say or (lambda text: print(text, file=sys.stderr))

@@ -71,12 +71,13 @@ def program(plan: JobPlan, ranks: int, calibration: Calibration) -> Program:
     return Program(tuple(compute), args.iterations, pattern, calibration.latency_ns)
 
 
-def fcs_parameters(settings: dict[str, str]) -> FcsParameters:
-    """[fcs] settings of a policy label (``fcs@f_priority=always``) over Table 2's constants.
+def fcs_parameters(settings: dict[str, str], base: FcsParameters | None = None) -> FcsParameters:
+    """[fcs] settings of a policy label (``fcs@f_priority=always``) over ``base``.
 
-    A plain ``fcs`` keeps ``f_priority = "slot"``: the live runs it is set against (results/scenarios.json)
-    were made when that was storm's default, and the comparison must stay like for like."""
-    base = FcsParameters(f_priority="slot")
+    The default base is Table 2's constants with ``f_priority = "slot"``: the live scenario runs a plain
+    ``fcs`` is set against (results/scenarios.json) were made when that was storm's default, and the
+    comparison must stay like for like."""
+    base = base or FcsParameters(f_priority="slot")
     typed: dict[str, object] = {}
     for key, value in settings.items():
         if not hasattr(base, key):
