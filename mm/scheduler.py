@@ -110,7 +110,8 @@ class Plan:
     reasons: dict[int, str]  # every queued job not started -> a Slurm-like reason
     # Every reservation made: the head's alone, except with conservative backfilling (every waiting job).
     reservations: dict[int, Reservation] = field(default_factory=dict)
-    moves: tuple[Move, ...] = ()  # running jobs migrated by this pass, before its starts
+    # Jobs placed before this pass that its migration moved (one it starts is in ``starts`` where it ends up).
+    moves: tuple[Move, ...] = ()
 
 
 def runtime_estimate(time_limit: float | None, mpl: int) -> float:

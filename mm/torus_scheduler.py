@@ -36,6 +36,7 @@ the TorusState passed in.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -268,12 +269,17 @@ class _Pass:
         ranks = {job_id: self.matrix.release(job_id) for job_id, _ in moved}
         for job_id, _ in moved:
             state.release(job_id)
+        started = {start.job_id: i for i, start in enumerate(self.starts)}
         for job_id, box in moved:
             old = ranks[job_id]
             placement = self._placement(box, old.ranks if old is not None else box.volume * self.per_node)
             state.assign(job_id, box)
             self.matrix.assign(job_id, placement)
-            self.moves.append(Move(job_id, box, placement))
+            at = started.get(job_id)
+            if at is None:
+                self.moves.append(Move(job_id, box, placement))
+            else:  # started in this pass: it starts where it is now, and never ran elsewhere
+                self.starts[at] = dataclasses.replace(self.starts[at], placement=placement, box=box)
         state.jobs_moved += len(moved)
         self._refresh()
         return True
