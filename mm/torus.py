@@ -39,6 +39,7 @@ from itertools import compress
 Coord = tuple[int, int, int]
 
 MAX_BOXES = 250_000  # distinct boxes in a torus's table: 8 x 8 x 8 (185,193) fits, 8 x 8 x 16 does not
+MEMO = 1 << 16  # states whose largest free partition a Torus remembers
 _DIMS = re.compile(r"\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*")
 
 
@@ -108,6 +109,11 @@ def _decode(code: int) -> Box:
     )
 
 
+def _keep_all(mask: int) -> bool:
+    """Torus.place's ``keep`` when none is given (a name, so the memo knows it from a caller's)."""
+    return True
+
+
 def _segments(size: int) -> list[tuple[int, int]]:
     """(start, length) of every distinct cyclic segment of a ring of ``size``: a whole ring once, at 0."""
     return [(start, length) for length in range(1, size) for start in range(size)] + [(0, size)]
@@ -156,6 +162,8 @@ class Torus:
             self._masks[volume] = [mask for _, _, mask in boxes]
             self._codes[volume] = [_code(base, shape) for shape, base, _ in boxes]
         self._descending = sorted(self.sizes, reverse=True)
+        self._memo: dict[int, int] = {}  # taken -> largest_free(taken)
+        self._placed: dict[tuple[int, int], Box | None] = {}  # (taken, size) -> place(taken, size)
 
     # ------------------------------------------------------------------------------------------ geometry
 
@@ -201,13 +209,38 @@ class Torus:
         """The volume of the largest box with no node in ``taken`` (0 if every node is taken).
 
         O(B) ANDs at worst for B boxes, in C (``0 in map(...)``): the scan starts at the free node count and
-        stops at the first free box, so a torus with a large free box answers after a few."""
+        stops at the first free box, so a torus with a large free box answers after a few. Answers are
+        remembered (up to MEMO entries, then forgotten all at once): a scheduler asks about the same few
+        states again and again, pass after pass, while nothing ends."""
+        known = self._memo.get(taken)
+        if known is not None:
+            return known
+        free = self.nodes - taken.bit_count()
+        probe = taken.__and__
+        found = 0
+        for volume in self._descending:
+            if volume <= free and 0 in map(probe, self._masks[volume]):
+                found = volume
+                break
+        if len(self._memo) >= MEMO:
+            self._memo.clear()
+        self._memo[taken] = found
+        return found
+
+    def has_free(self, taken: int, size: int) -> bool:
+        """Some box of at least ``size`` nodes has no node in ``taken``: largest_free(taken) >= size, without
+        looking at smaller boxes when no state is remembered."""
+        known = self._memo.get(taken)
+        if known is not None:
+            return known >= size
         free = self.nodes - taken.bit_count()
         probe = taken.__and__
         for volume in self._descending:
+            if volume < size:
+                return False
             if volume <= free and 0 in map(probe, self._masks[volume]):
-                return volume
-        return 0
+                return True
+        return False
 
     def largest_free_box(self, taken: int) -> Box | None:
         """One largest free box (the first in the tie order), or None."""
@@ -227,11 +260,22 @@ class Torus:
         accepts, given each one's mask, when it is given), the one that leaves the largest free partition;
         the first in the tie order among equals. None if no box of that size is free (and kept).
 
-        Branch and bound: what a candidate leaves is the first box, largest first, among those free now that
-        misses it; the scan of a candidate stops at the best volume found so far, and the search stops when
-        a candidate leaves min(largest free now, free nodes - size), which none can beat. Cost: C candidates
-        times the free boxes above the best volume, at worst O(C x B); typically a few boxes per candidate.
+        What a candidate leaves is the largest box free now that misses it. So the free boxes are taken
+        level by level, largest first, from min(largest free now, free nodes - size), which no candidate can
+        beat: at the first level where some free box misses some candidate, the first such candidate in the
+        tie order is the answer. Cost: for each level above the answer, its free boxes times the candidates
+        (the ANDs in C), so O(B x C) at worst for B boxes and C candidates; most placements end at the
+        first level or two. Without ``keep``, answers are remembered as largest_free's are (migration places
+        the largest running jobs on the same few states again and again).
         """
+        if keep is None:
+            key = (taken, size)
+            if key in self._placed:
+                return self._placed[key]
+            if len(self._placed) >= MEMO:
+                self._placed.clear()
+            box = self._placed[key] = self.place(taken, size, _keep_all)
+            return box
         masks = self._masks.get(size)
         if masks is None:
             return None
@@ -241,34 +285,27 @@ class Torus:
         codes = self._codes[size]
         # Indices of the free boxes of this size, in the tie order (ANDs and tests in C).
         candidates = list(compress(range(len(masks)), map(operator.not_, map(taken.__and__, masks))))
-        if keep is not None:
+        if keep is not _keep_all:
             candidates = [i for i in candidates if keep(masks[i])]
         if len(candidates) <= 1:
             return _decode(codes[candidates[0]]) if candidates else None
         bound = min(self.largest_free(taken), free - size)
-        levels = [volume for volume in self._descending if volume <= bound]
-        pools: dict[int, list[int]] = {}  # volume -> the boxes of that volume free now, filled on first use
-        best, best_volume = candidates[0], -1
-        for i in candidates:
-            probe = masks[i].__and__
-            left = 0
-            for volume in levels:
-                if volume <= best_volume:
-                    break
-                pool = pools.get(volume)
-                if pool is None:
-                    level = self._masks[volume]
-                    pool = pools[volume] = list(
-                        compress(level, map(operator.not_, map(taken.__and__, level)))
-                    )
-                if 0 in map(probe, pool):
-                    left = volume
-                    break
-            if left > best_volume:
-                best, best_volume = i, left
-                if best_volume >= bound:
-                    break
-        return _decode(codes[best])
+        chosen = [masks[i] for i in candidates]
+        for volume in self._descending:
+            if volume > bound:
+                continue
+            level = self._masks[volume]
+            first = len(chosen)
+            for box in compress(level, map(operator.not_, map(taken.__and__, level))):
+                # The first candidate this free box misses, among those before the best so far.
+                found = next(compress(range(first), map(operator.not_, map(box.__and__, chosen))), None)
+                if found is not None:
+                    first = found
+                    if first == 0:
+                        break
+            if first < len(chosen):
+                return _decode(codes[candidates[first]])
+        return _decode(codes[candidates[0]])  # nothing is left free beside any of them
 
     def grow(
         self, taken: int, size: int, most: int | None = None, keep: Callable[[int], bool] | None = None

@@ -144,6 +144,7 @@ class _Pass:
         self.blocked, self.per_node = state.view(matrix, usable)
         # The largest box of usable nodes, jobs or not: a job larger than that cannot run on these nodes.
         self.ceiling = self.torus.largest_free(self.blocked)
+        self._sizes: dict[int, int | None] = {}  # ranks -> size(): queues hold many jobs of a few sizes
         self.starts: list[Start] = []
         self.moves: list[Move] = []
         self.reasons: dict[int, str] = {}
@@ -165,10 +166,16 @@ class _Pass:
     def size(self, job: QueuedJob) -> int | None:
         """The nodes the job needs, rounded to a size that has a box; None if no box of usable nodes can hold
         it (or no torus node has registered)."""
-        if self.per_node == 0:
-            return None
-        size = self.torus.round_size(nodes_needed(job.ranks, self.per_node))
-        return size if size is not None and size <= self.ceiling else None
+        ranks = job.ranks
+        if ranks in self._sizes:
+            return self._sizes[ranks]
+        size = None
+        if self.per_node > 0:
+            size = self.torus.round_size(nodes_needed(ranks, self.per_node))
+            if size is not None and size > self.ceiling:
+                size = None
+        self._sizes[ranks] = size
+        return size
 
     def too_big(self, job: QueuedJob) -> str:
         return (
@@ -292,7 +299,7 @@ class _Pass:
         torus = self.torus
 
         def leaves_head_a_box(mask: int) -> bool:
-            return torus.largest_free(at_shadow | mask) >= need
+            return torus.has_free(at_shadow | mask, need)
 
         for job in behind:
             size = self.size(job)
@@ -324,7 +331,7 @@ class _Pass:
             while i < len(ends) and ends[i][0] == end:
                 taken &= ~self.state.masks[ends[i][1]]
                 i += 1
-            if self.torus.largest_free(taken) >= need:
+            if self.torus.has_free(taken, need):
                 return end, taken
         return math.inf, taken
 
