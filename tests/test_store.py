@@ -409,5 +409,7 @@ def test_a_failed_migration_changes_nothing(db: Path) -> None:
     with closing(sqlite3.connect(db)) as other:  # version 1 by its label, yet the column is there
         other.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         other.commit()
-    assert refusal(db).startswith(f"{db}: cannot migrate from schema version 1 to {SCHEMA_VERSION}: duplicate column name")
+    assert refusal(db).startswith(
+        f"{db}: cannot migrate from schema version 1 to {SCHEMA_VERSION}: duplicate column name"
+    )
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
