@@ -263,7 +263,7 @@ def test_local_up_on_a_torus_takes_its_node_count_from_the_torus() -> None:
     with pytest.raises(UsageError, match="torus:2x2x2 has 8 nodes, not --nodes 4"):
         cli.local_topology(parsed)
     parsed = cli.build_parser().parse_args(["local", "up", "--topology", "mesh 2x2"])
-    with pytest.raises(UsageError, match="--topology: .*neither 'flat' nor 'torus XxYxZ'"):
+    with pytest.raises(UsageError, match=r"--topology: .*neither 'flat' nor 'torus XxYxZ'"):
         cli.local_topology(parsed)
 
 
