@@ -296,9 +296,9 @@ class Torus:
                 continue
             level = self._masks[volume]
             first = len(chosen)
-            for box in compress(level, map(operator.not_, map(taken.__and__, level))):
+            for spare in compress(level, map(operator.not_, map(taken.__and__, level))):
                 # The first candidate this free box misses, among those before the best so far.
-                found = next(compress(range(first), map(operator.not_, map(box.__and__, chosen))), None)
+                found = next(compress(range(first), map(operator.not_, map(spare.__and__, chosen))), None)
                 if found is not None:
                     first = found
                     if first == 0:

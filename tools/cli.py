@@ -226,7 +226,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # tools/sim/cli.py's actions, named here so that `storm --help` need not import the simulator.
-SIM_ACTIONS = ("run", "sweep", "generate", "compare", "scenarios", "dynamic", "clusterschedsim")
+SIM_ACTIONS = ("run", "sweep", "generate", "compare", "scenarios", "dynamic", "clusterschedsim", "bluegene")
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -414,8 +414,9 @@ def add_cluster_commands(sub: Any) -> None:
         "sim",
         help="simulate storm-mm's scheduling of a workload trace (SWF)",
         description="Discrete-event simulation with storm-mm's own core: run, sweep, generate, compare; "
-        "with storm-nm's cores over the node model: scenarios (the FCS paper's synthetic ones), dynamic "
-        "(its dynamic workload over offered loads), clusterschedsim (ClusterSchedSim's schemes).",
+        "with storm-nm's cores over the node model: scenarios (the FCS paper's synthetic ones), dynamic (its "
+        "dynamic workload over offered loads), clusterschedsim (ClusterSchedSim's schemes); bluegene (the "
+        "BlueGene/L paper's torus schedulers).",
     )
     si.add_argument("action", choices=SIM_ACTIONS)
     si.add_argument("options", nargs=argparse.REMAINDER, help="the action's own options (--help)")
