@@ -22,7 +22,8 @@ PAPER = {
     },
     "SDSC": {"FCFS": "63%", "Migration": "73%", "Backfill": ">85%", "B+M": ">85%", "flat FCFS": "~80%"},
 }
-FIG8_C = 1.0
+FIG8_C = 1.0  # the paper's Fig. 8
+PAPER_TOP_C = 1.4  # the top of the paper's range of c, where the schedulers differ more
 
 
 def paper_log(trace: str) -> str:
@@ -207,7 +208,7 @@ def markdown(data: Json, intro: str) -> str:
 
 def plot(points: list[Json], traces: list[str], directory: Path) -> list[Path]:
     """Per trace: mean wait, mean bounded slowdown and migrations against utilization; and the capacity split
-    at c = 1 of every scheduler on every trace. The paths written."""
+    of every scheduler on every trace at c = 1 (Fig. 8) and 1.4. The paths written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -215,26 +216,22 @@ def plot(points: list[Json], traces: list[str], directory: Path) -> list[Path]:
 
     written = []
     styles = {label: ("--" if label.startswith("flat") else "-") for label in LABELS}
+    colours = {label: f"C{i}" for i, label in enumerate(LABELS)}  # one colour per scheduler in every panel
     for trace in traces:
         fig, (wait, bsld, moves) = plt.subplots(1, 3, figsize=(16, 4.5))
         for label in LABELS:
             line = curve(points, trace, label)
             utils = [p["capacity"]["utilized"] for p in line]
-            wait.plot(
-                utils,
-                [p["summary"]["mean_wait"] / 3600 for p in line],
-                styles[label],
-                marker=".",
-                label=label,
-            )
+            colour, dash = colours[label], styles[label]
+            waits = [p["summary"]["mean_wait"] / 3600 for p in line]
+            wait.plot(utils, waits, dash, color=colour, marker=".", label=label)
             bsld.plot(
-                utils, [p["summary"]["mean_bsld"] for p in line], styles[label], marker=".", label=label
+                utils, [p["summary"]["mean_bsld"] for p in line], dash, color=colour, marker=".", label=label
             )
             if label in ("Migration", "B+M"):
-                for key, mark in (("attempts", "o"), ("successes", "x")):
-                    moves.plot(
-                        utils, [p["migrations"][key] for p in line], marker=mark, label=f"{label}: {key}"
-                    )
+                for key, mark, kind in (("attempts", "o", ":"), ("successes", "x", "-")):
+                    counts = [p["migrations"][key] for p in line]
+                    moves.plot(utils, counts, kind, color=colour, marker=mark, label=f"{label}: {key}")
         for axis, name in ((wait, "mean wait (h)"), (bsld, f"mean bounded slowdown ({BSLD_THRESHOLD:g} s)")):
             axis.set_yscale("log")
             axis.set_ylabel(name)
@@ -249,19 +246,21 @@ def plot(points: list[Json], traces: list[str], directory: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
-    fig, axes = plt.subplots(1, len(traces), figsize=(6 * len(traces), 4.5), squeeze=False)
-    for axis, trace in zip(axes[0], traces, strict=True):
-        shown = [(label, _at(points, trace, label, FIG8_C)) for label in LABELS]
-        shown = [(label, p) for label, p in shown if p is not None]
-        bottom = [0.0] * len(shown)
-        for part, colour in (("utilized", "tab:green"), ("unused", "tab:blue"), ("lost", "tab:red")):
-            values = [p["capacity"][part] for _, p in shown]  # type: ignore[index]
-            axis.bar([label for label, _ in shown], values, bottom=bottom, color=colour, label=part)
-            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-        axis.set_title(f"{trace}, c = {FIG8_C:g}")
-        axis.set_ylabel("share of capacity")
-        axis.tick_params(axis="x", labelrotation=30)
-        axis.legend(fontsize=8)
+    loads = (FIG8_C, PAPER_TOP_C)
+    size = (6 * len(traces), 4.5 * len(loads))
+    fig, axes = plt.subplots(len(loads), len(traces), figsize=size, squeeze=False)
+    for row, c in enumerate(loads):
+        for axis, trace in zip(axes[row], traces, strict=True):
+            found = [(label, p) for label in LABELS if (p := _at(points, trace, label, c)) is not None]
+            bottom = [0.0] * len(found)
+            for part, colour in (("utilized", "tab:green"), ("unused", "tab:blue"), ("lost", "tab:red")):
+                values = [p["capacity"][part] for _, p in found]
+                axis.bar([label for label, _ in found], values, bottom=bottom, color=colour, label=part)
+                bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+            axis.set_title(f"{trace}, c = {c:g}")
+            axis.set_ylabel("share of capacity")
+            axis.tick_params(axis="x", labelrotation=30)
+            axis.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     path = directory / "capacity.png"
     fig.savefig(path, dpi=110)
