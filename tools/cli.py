@@ -393,7 +393,8 @@ def add_cluster_commands(sub: Any) -> None:
         "table; mpi4py: mpi4py's own test suite under storm's policies against mpiexec; "
         "schedule: one scheduling pass over long queues, per backfill mode (in memory, no cluster); "
         "submit: submissions accepted per second from one client connection; "
-        "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster)"
+        "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster); "
+        "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus"
     )
     which = (
         "launch",
@@ -406,6 +407,7 @@ def add_cluster_commands(sub: Any) -> None:
         "schedule",
         "submit",
         "sim",
+        "torus",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
