@@ -179,3 +179,32 @@ def test_storm_sim_bluegene_writes_its_report_and_reuses_its_points(
     capsys.readouterr()
     assert cli.main(argv) == 0
     assert "6 of 6 points reused" in capsys.readouterr().err
+
+
+def fake_point(
+    trace: str, label: str, c: float, utilized: float, wait: float, bsld: float
+) -> dict[str, object]:
+    return {
+        "setup": {"trace": f"/x/{trace}"}, "scheduler": label, "c": c, "migrations": None,
+        "capacity": {"utilized": utilized, "unused": 0.5, "lost": 1 - utilized - 0.5},
+        "summary": {"mean_wait": wait, "mean_bsld": bsld, "makespan": 1.0},
+    }  # fmt: skip
+
+
+def test_the_order_claim_calls_a_tenth_of_a_point_a_tie() -> None:
+    from storm.tools.sim.bluegene_report import claims
+
+    def points(migration_top: float) -> list[dict[str, object]]:
+        tops = {"FCFS": 0.77, "Migration": migration_top, "Backfill": 0.9, "B+M": 0.9005}
+        return [
+            fake_point("NASA.swf", label, c, top * c / 2, 10.0 * c, 500.0 * (c - 1))
+            for label, top in tops.items()
+            for c in (1.0, 2.0)
+        ]
+
+    found = [c for c in claims(points(0.80), ["NASA.swf"]) if "saturation order" in c["claim"]]
+    verdicts = {c["claim"].split("(")[1]: c["verdict"] for c in found}
+    assert verdicts == {"highest utilization reached; gaps under 0.1 point are ties)": "PASS",
+                        "utilization at mean BSLD > 100; gaps under 0.1 point are ties)": "PASS"}  # fmt: skip
+    tied = claims(points(0.7705), ["NASA.swf"])[0]
+    assert tied["verdict"] == "DIFFERS" and "FCFS and Migration within 0.1 point" in tied["figures"]

@@ -27,7 +27,7 @@ EXAMPLES = """examples:
 
 
 def add_parser(sub: Any) -> None:
-    from_paper = "0.7,0.75,...,1.4 (the paper's) and 1.5,1.6,1.8,2,2.4,3,4 beyond, into saturation"
+    from_paper = "0.7,0.75,...,1.4 (the paper's) and 1.5,1.6,1.8,2,2.4,3,4,6,10 beyond, into saturation"
     bg = sub.add_parser(
         "bluegene",
         help="the BlueGene/L paper's torus schedulers (FCFS, backfill, migration, B+M) and a flat baseline, "
