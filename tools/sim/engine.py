@@ -33,7 +33,9 @@ job (tests/test_sim_nodes_merged.py checks it on random workloads) for three rea
   and kvsname nonces are drawn once per start, in the order of the starts.
 
 What differs is only what a run costs: a job on k nodes costs 2k messages through the core, one node's
-costs 2, and the job's Outcome names no node. ``merge_nodes=False`` simulates the nodes as given.
+costs 2, and the job's Outcome names no node. ``merge_nodes=False`` simulates the nodes as given. A torus
+machine is never merged: where a node sits decides where a job may go. There the core is configured with
+the torus (``[mm] topology``, node ``n{i}`` at the place of index i), and places as storm-mm does.
 """
 
 from __future__ import annotations

@@ -22,6 +22,13 @@ What must match the Controller-driven run, and why it does:
 
 The same invariants as the simulated node managers check are checked here, on the placements the passes
 make: a PE holds at most one job at a time, no job starts before it arrives, every job ends.
+
+On a torus machine (``Machine.torus``) the state holds a TorusState and its passes are storm-mm's torus
+schedulers (mm/torus_scheduler.py); the MIGRATION_POLICIES, the simulator's alone, add the paper's migration
+to them: a pass's moves take the jobs' ranks to their new PEs, and each moved job stops for the migration
+cost (its end and limit move later; the events already on the heap are skipped when they come). Every run
+also integrates the free units and those no queued job asks for between instants, for the BlueGene/L
+paper's capacity split (engine.Capacity), which must add up to 1 (an InvariantError otherwise).
 """
 
 from __future__ import annotations
