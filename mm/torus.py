@@ -229,7 +229,7 @@ class Torus:
 
     def has_free(self, taken: int, size: int) -> bool:
         """Some box of at least ``size`` nodes has no node in ``taken``: largest_free(taken) >= size, without
-        looking at smaller boxes when no state is remembered."""
+        looking at smaller boxes when no state is remembered. O(boxes of ``size`` nodes or more) at worst."""
         known = self._memo.get(taken)
         if known is not None:
             return known >= size

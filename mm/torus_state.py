@@ -121,17 +121,6 @@ class TorusState:
         self.taken = taken
         return self.boxes.pop(job_id, None)
 
-    def move(self, job_id: int, box: Box) -> None:
-        """The job holds ``box`` instead of its box (migration: the simulator's alone)."""
-        old = self.masks.pop(job_id)
-        self.taken &= ~old
-        try:
-            self.assign(job_id, box)
-        except ValueError:
-            self.masks[job_id] = old
-            self.taken |= old
-            raise
-
     def names_of(self, box: Box) -> list[str]:
         """The nodes of ``box`` in its rank order (x fastest from the base); ValueError at a position with
         no node."""
