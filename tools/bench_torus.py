@@ -48,13 +48,6 @@ def states(dims: Coord, share: float, count: int, seed: int) -> list[list[bool]]
     return [[rng.random() >= share for _ in range(nodes)] for _ in range(count)]
 
 
-def per_call(function: Callable[[], object], calls: int) -> float:
-    begin = time.perf_counter()
-    for _ in range(calls):
-        function()
-    return (time.perf_counter() - begin) / calls
-
-
 def time_largest(dims: Coord, share: float, count: int, seed: int) -> dict[str, Any]:
     """Mean seconds per call of POP, brute force and the table on the same ``count`` states (checked
     equal)."""
@@ -63,11 +56,22 @@ def time_largest(dims: Coord, share: float, count: int, seed: int) -> dict[str, 
     taken = [sum(1 << i for i, free in enumerate(state) if not free) for state in tori]
     found: dict[str, list[int]] = {"pop": [], "brute": [], "table": []}
     seconds: dict[str, float] = {}
-    for name, run in (
-        ("pop", lambda s, t: largest_free_pop(dims, s)[0]),
-        ("brute", lambda s, t: largest_free_brute(dims, s)[0]),
-        ("table", lambda s, t: table.largest_free(t)),
-    ):
+
+    def pop(state: list[bool], mask: int) -> int:
+        return largest_free_pop(dims, state)[0]
+
+    def brute(state: list[bool], mask: int) -> int:
+        return largest_free_brute(dims, state)[0]
+
+    def bitmasks(state: list[bool], mask: int) -> int:
+        return table.largest_free(mask)
+
+    ways: list[tuple[str, Callable[[list[bool], int], int]]] = [
+        ("pop", pop),
+        ("brute", brute),
+        ("table", bitmasks),
+    ]
+    for name, run in ways:
         begin = time.perf_counter()
         found[name] = [run(state, mask) for state, mask in zip(tori, taken, strict=True)]
         seconds[name] = (time.perf_counter() - begin) / count
