@@ -28,6 +28,9 @@ from storm.mm.protocol import (
     default_f_thresh,
 )
 from storm.mm.scheduler import BACKFILL_MODES
+from storm.mm.torus import parse_topology
+from storm.mm.torus_scheduler import TORUS_BACKFILL
+from storm.mm.torus_state import TorusLayout, torus_of
 
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
 
@@ -86,6 +89,17 @@ class MMConfig:
     # The hang watchdog: a running job whose every rank has been inside one blocking MPI call for this many
     # seconds is shown as possibly deadlocked (storm show, storm stats, storm queue). 0: off.
     hang_warning: float = 0.0
+    # The network: "flat" (any nodes may run a job together) or "torus XxYxZ" (a job's nodes must form a
+    # box on a 3-D torus, mm/torus_scheduler.py), with each node's place in `coordinates`: name -> [x, y, z].
+    topology: str = "flat"
+    coordinates: dict[str, list[int]] = field(default_factory=dict)
+
+    def torus_layout(self) -> TorusLayout | None:
+        """The torus and its nodes, or None for a flat network (a loaded config has been checked)."""
+        dims = parse_topology(self.topology)
+        if dims is None:
+            return None
+        return TorusLayout.from_coordinates(dims, self.coordinates)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,6 +225,14 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             value = [v for v in value.replace(",", " ").split() if v]
         if isinstance(value, list):
             return [_coerce(v, item, where) for v in value]
+    elif typing.get_origin(hint) is dict:
+        _, item = typing.get_args(hint)
+        if isinstance(value, str):  # the command line's form: "node0=0,0,0 node1=1,0,0"
+            pairs = [entry.partition("=") for entry in value.replace(";", " ").split()]
+            if all(name and sep for name, sep, _ in pairs):
+                value = {name: text for name, _, text in pairs}
+        if isinstance(value, dict):
+            return {str(k): _coerce(v, item, f"{where}.{k}") for k, v in value.items()}
     raise ConfigError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
@@ -261,11 +283,41 @@ def _validate(config: StormConfig) -> None:
     for where, level in (("mm.log_level", config.mm.log_level), ("nm.log_level", config.nm.log_level)):
         if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"{where}: {level!r} is not one of debug, info, warning, error")
+    _validate_topology(config.mm)
     if config.nm.pes < 0 or config.nm.kill_grace < 0:
         raise ConfigError("nm.pes and nm.kill_grace must not be negative")
     if not 0 <= config.nm.spawn_limit <= 4096:
         raise ConfigError("nm.spawn_limit must be between 0 (no spawning) and 4096")
     _validate_keys(config)
+
+
+def _validate_topology(mm: MMConfig) -> None:
+    """A torus that can be built, every node on it once, and the scheduling a torus takes."""
+    try:
+        dims = parse_topology(mm.topology)
+    except ValueError as exc:
+        raise ConfigError(f"mm.topology: {exc}") from None
+    if dims is None:
+        if mm.coordinates:
+            raise ConfigError(
+                "mm.coordinates: nodes have places only on a torus (mm.topology = 'torus XxYxZ')"
+            )
+        return
+    try:
+        torus_of(dims)
+    except ValueError as exc:
+        raise ConfigError(f"mm.topology: {exc}") from None
+    try:
+        mm.torus_layout()
+    except ValueError as exc:
+        raise ConfigError(f"mm.coordinates: {exc}") from None
+    if mm.mpl != 1:
+        raise ConfigError("mm.topology: a torus runs one job per node (its box): mm.mpl must be 1")
+    if mm.backfill not in TORUS_BACKFILL:
+        raise ConfigError(
+            f"mm.backfill: {mm.backfill!r} is not for a torus: 'none' (FCFS) or 'easy' (backfilling), the "
+            "BlueGene/L paper's two without migration"
+        )
 
 
 def _validate_keys(config: StormConfig) -> None:

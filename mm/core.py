@@ -197,7 +197,8 @@ class Controller:
             case p.ListJobs():
                 return p.JobList(req=msg.req, jobs=tuple(self.job_infos(msg.job_ids, msg.all, now)))
             case p.GetMatrix():
-                view = matrix_view(self.runs.matrix, self.runs.cycle, self.policy, self.config.slice)
+                runs = self.runs
+                view = matrix_view(runs.matrix, runs.cycle, self.policy, self.config.slice, runs.torus)
                 return dataclasses.replace(view, req=msg.req)
             case p.GetStats():
                 return dataclasses.replace(self.stats_view(msg.job_id, now), req=msg.req)
@@ -218,7 +219,7 @@ class Controller:
                     return None
                 return p.JobList(req=msg.req, jobs=tuple(infos))
             case p.ListNodes():
-                nodes = node_infos(self.registry.all(), self.runs.active.values())
+                nodes = node_infos(self.registry.all(), self.runs.active.values(), self.runs.torus)
                 return p.NodeList(req=msg.req, nodes=tuple(nodes))
             case p.GetSpawns():
                 return dataclasses.replace(self.spawns_view(msg.job_id), req=msg.req)
@@ -256,6 +257,16 @@ class Controller:
             raise Rejected(
                 "too_many_ranks", f"{spec.ranks} ranks requested, but the cluster has only {total} PEs"
             )
+        torus = self.runs.torus
+        if torus is not None:
+            per_node = torus.pes_per_node(self.runs.matrix)
+            nodes = torus.torus.nodes
+            if per_node and -(-spec.ranks // per_node) > nodes:
+                raise Rejected(
+                    "too_many_ranks",
+                    f"{spec.ranks} ranks at {per_node} per node need {-(-spec.ranks // per_node)} nodes, but "
+                    f"the torus has {nodes}",
+                )
         job = self.store.add_job(spec, now)
         self.runs.enqueue(job)
         self.runs.want_pass()

@@ -13,9 +13,10 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
-from storm.mm.protocol import JobInfo, RankExit
+from storm.mm.protocol import BoxInfo, JobInfo, RankExit
 from storm.mm.slurm_style import expand_path
 from storm.mm.states import TERMINAL_STATES, JobState
+from storm.mm.torus import Box
 
 _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
@@ -76,6 +77,8 @@ class Job:
     suspended_time: float = 0.0
     # Times the job went back to the queue after a node failure (``requeue`` in its spec).
     requeues: int = 0
+    # On a torus: the box of nodes its current (or last) run holds; None on a flat network.
+    box: Box | None = None
 
     @cached_property
     def nodes(self) -> tuple[str, ...]:
@@ -107,6 +110,7 @@ class Job:
             requeue=self.spec.requeue,
             requeues=self.requeues,
             hook=self.spec.hook,
+            box=None if self.box is None else BoxInfo(base=self.box.base, shape=self.box.shape),
         )
 
     def _path(self, pattern: str) -> str:
@@ -145,13 +149,13 @@ def requeue(job: Job, reason: str) -> Job:
     """The job back in the queue after its node failed, as if never started, its id and submit time kept.
 
     Only a job storm was ending NODE_FAIL (every node has confirmed its ranks gone, or was written off) may
-    go back; start, end, placement, exit code and suspended time start afresh with the next run.
+    go back; start, end, placement (and box), exit code and suspended time start afresh with the next run.
     """
     if not job.state.active or job.ending is not JobState.NODE_FAIL or not job.spec.requeue:
         raise TransitionError(f"job {job.id}: only a --requeue job ending NODE_FAIL can be requeued")
     return dataclasses.replace(
         job, state=JobState.PENDING, start_time=None, end_time=None, exit_code=None, reason=reason,
-        placement=(), row=None, ending=None, suspended_time=0.0, requeues=job.requeues + 1,
+        placement=(), row=None, ending=None, suspended_time=0.0, requeues=job.requeues + 1, box=None,
     )  # fmt: skip
 
 

@@ -9,10 +9,11 @@ from collections.abc import Iterable
 from storm.mm.jobs import Job
 from storm.mm.matrix import Matrix
 from storm.mm.nodes import DOWN, Node
-from storm.mm.protocol import JobInfo, MatrixView, NodeInfo
+from storm.mm.protocol import JobInfo, MatrixView, NodeInfo, TorusView
 from storm.mm.runs import RunTable
 from storm.mm.slots import GangCycle
 from storm.mm.states import JobState
+from storm.mm.torus_state import TorusState
 
 
 def job_infos(
@@ -44,12 +45,19 @@ def job_infos(
     return infos
 
 
-def node_infos(nodes: Iterable[Node], active: Iterable[Job]) -> list[NodeInfo]:
-    """Every node by name, with the active jobs on it, its PEs in use and why it takes no job, if so."""
+def node_infos(
+    nodes: Iterable[Node], active: Iterable[Job], torus: TorusState | None = None
+) -> list[NodeInfo]:
+    """Every node by name, with the active jobs on it, its PEs in use and why it takes no job, if so; on a
+    torus its place, and the jobs whose box holds it (also where none of their ranks is)."""
     jobs: dict[str, list[int]] = {}
     pes_used: dict[str, int] = {}
+    places = torus.layout.coordinates() if torus is not None else {}
     for job in active:
-        for name in job.nodes:
+        held = job.nodes
+        if torus is not None and job.id in torus.boxes:
+            held = tuple(torus.names_of(torus.boxes[job.id]))
+        for name in held:
             jobs.setdefault(name, []).append(job.id)
         for name, _pe in job.placement:
             pes_used[name] = pes_used.get(name, 0) + 1
@@ -61,6 +69,8 @@ def node_infos(nodes: Iterable[Node], active: Iterable[Job]) -> list[NodeInfo]:
             reason = "not registered since storm-mm started"
         elif n.stale:
             reason = f"stopping ended job(s) {', '.join(map(str, sorted(n.stale)))}"
+        elif torus is not None and n.name not in places:
+            reason = "not on the torus ([mm] coordinates): takes no job"
         else:
             reason = ""
         infos.append(
@@ -76,12 +86,29 @@ def node_infos(nodes: Iterable[Node], active: Iterable[Job]) -> list[NodeInfo]:
                 switches=n.switches,
                 switch_p50_ms=n.switch_p50_ms,
                 switch_p99_ms=n.switch_p99_ms,
+                coords=places.get(n.name, ()),
             )
         )
     return infos
 
 
-def matrix_view(matrix: Matrix, cycle: GangCycle | None, policy: str, slice_: float) -> MatrixView:
+def torus_view(torus: TorusState) -> TorusView:
+    """Which job holds each position of the torus (0: none), and its node ("" where none is)."""
+    jobs = [0] * torus.torus.nodes
+    for job_id, held in torus.masks.items():
+        left = held
+        while left:
+            low = left & -left
+            jobs[low.bit_length() - 1] = job_id
+            left ^= low
+    return TorusView(
+        dims=torus.torus.dims, nodes=tuple(name or "" for name in torus.layout.names), jobs=tuple(jobs)
+    )
+
+
+def matrix_view(
+    matrix: Matrix, cycle: GangCycle | None, policy: str, slice_: float, torus: TorusState | None = None
+) -> MatrixView:
     columns = matrix.columns()
     index = {pe: i for i, pe in enumerate(columns)}
     cells = []
@@ -98,4 +125,5 @@ def matrix_view(matrix: Matrix, cycle: GangCycle | None, policy: str, slice_: fl
         seq=0 if cycle is None else cycle.seq,
         columns=tuple(f"{node}:{pe}" for node, pe in columns),
         cells=tuple(cells),
+        torus=None if torus is None else torus_view(torus),
     )

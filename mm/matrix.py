@@ -144,6 +144,10 @@ class Matrix:
         """Node -> PE count, in natural node order."""
         return {node: self._nodes[node] for node in self._order}
 
+    @property
+    def node_count(self) -> int:
+        return len(self._nodes)
+
     def total_pes(self, usable: Collection[str] | None = None) -> int:
         """The number of columns, counting only the nodes in ``usable`` when it is given."""
         return self._usable(usable).total

@@ -207,6 +207,21 @@ class RankSlot:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BoxInfo:
+    """A job's partition on a torus: ``shape`` (a, b, c) nodes from ``base`` (x, y, z), wrapping around."""
+
+    base: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _check(len(self.base) == 3 and len(self.shape) == 3, "a box has a base and a shape of three numbers")
+        _check(min(self.base) >= 0 and min(self.shape) >= 1, "a box's base is >= 0 and its shape >= 1")
+
+    def __str__(self) -> str:
+        return "{}x{}x{} at ({},{},{})".format(*self.shape, *self.base)
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobInfo:
     """A job as clients see it (``storm queue --json``, ``storm show --json``)."""
 
@@ -238,6 +253,8 @@ class JobInfo:
     hook: bool = True
     # Set while it runs if every rank has sat in one blocking MPI call for [mm] hang_warning seconds.
     warning: str = ""
+    # On a torus ([mm] topology): the box of nodes it holds (or last held), its ranks on them in box order.
+    box: BoxInfo | None = None
 
     def __post_init__(self) -> None:
         _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
@@ -258,9 +275,12 @@ class NodeInfo:
     switches: int = 0
     switch_p50_ms: float = 0.0
     switch_p99_ms: float = 0.0
+    # On a torus: its place (x, y, z); empty on a flat network or for a node that has none.
+    coords: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.state in NODE_STATES, f"unknown node state {self.state!r}")
+        _check(len(self.coords) in (0, 3), "coords: x, y and z, or none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -511,6 +531,22 @@ class MatrixView(Reply):
     seq: int
     columns: tuple[str, ...]
     cells: tuple[tuple[int, ...], ...]
+    torus: TorusView | None = None  # on a torus: which job holds each node, drawn layer by layer
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorusView:
+    """The torus (``dims`` X, Y, Z): per position x + X (y + Y z), its node ("" where none is) and the job
+    holding it (0: none)."""
+
+    dims: tuple[int, ...]
+    nodes: tuple[str, ...]
+    jobs: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _check(len(self.dims) == 3 and min(self.dims) >= 1, "dims: three sizes >= 1")
+        count = self.dims[0] * self.dims[1] * self.dims[2]
+        _check(len(self.nodes) == count == len(self.jobs), "nodes and jobs: one per position of the torus")
 
 
 @message("get_stats")

@@ -64,9 +64,11 @@ from storm.mm.protocol import (
 from storm.mm.reports import Reports
 from storm.mm.requeue import Echoes
 from storm.mm.schedule_state import ScheduleState
+from storm.mm.scheduler import Start
 from storm.mm.slots import GangCycle
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
+from storm.mm.torus_state import TorusState
 
 log = logging.getLogger("storm.mm")
 
@@ -199,7 +201,9 @@ class RunTable:
         self.pass_due = False  # see want_pass
         # The queue and the placed jobs as the scheduler sees them: every job that enters or leaves
         # ``pending`` does so through enqueue() and withdraw() (or a pass's starts) to keep them in step.
-        self.state = ScheduleState(self.matrix, config.backfill)
+        layout = config.torus_layout()
+        self.torus = None if layout is None else TorusState(layout)
+        self.state = ScheduleState(self.matrix, config.backfill, self.torus)
         self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
 
     def job(self, job_id: int) -> Job | None:
@@ -240,7 +244,8 @@ class RunTable:
                 # registers without listing the job (nodes that do are taken as launched).
                 track.launches = self.launches(job, track)
             started = job.start_time if job.start_time is not None else now  # stored by an older storm-mm
-            self.state.place(job.id, Placement(job.row or 0, job.placement), started, job.spec.time_limit)
+            placement = Placement(job.row or 0, job.placement)
+            self.state.place(job.id, placement, started, job.spec.time_limit, job.box)
             if self.cycle is not None:
                 self.cycle.add(job.id, now, job.suspended_time)
 
@@ -272,10 +277,13 @@ class RunTable:
         for job_id, nodes in held.items():
             self.reasons[job_id] = f"Requeued: last run's reports still due from {','.join(sorted(nodes))}"
         for start in plan.starts:
-            self._start(self.pending.pop(start.job_id), start.placement, now, out)
+            self._start(self.pending.pop(start.job_id), start, now, out)
 
-    def _start(self, job: Job, placement: Placement, now: float, out: list[Effect]) -> None:
-        job = advance(job, JobState.STARTING, now, placement=placement.pes, row=placement.row, reason="")
+    def _start(self, job: Job, start: Start, now: float, out: list[Effect]) -> None:
+        placement = start.placement
+        job = advance(
+            job, JobState.STARTING, now, placement=placement.pes, row=placement.row, reason="", box=start.box
+        )
         # Random per run: MPICH names a node's shared memory after it, so a requeued job's next run must not
         # meet segments its last one may still leave behind, nor a job of another store with the same id.
         # Stored with the placement (one commit) before any launch goes out: a restarted MM sends the same.
@@ -289,7 +297,8 @@ class RunTable:
             self.cycle.add(job.id, now)
         track.launches = self.launches(job, track)
         out.extend(Send(node, launch) for node, launch in track.launches.items())
-        log.info("job %d started on %s", job.id, ",".join(job.nodes))
+        where = f" (box {job.box})" if job.box is not None else ""
+        log.info("job %d started on %s%s", job.id, ",".join(job.nodes), where)
 
     def launches(self, job: Job, track: Tracking) -> dict[str, LaunchJob]:
         """Each node's launch of a placed job, from what the store keeps: a restarted MM rebuilds them."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from storm.mm.free_profile import FreeProfile
 from storm.mm.matrix import Matrix, Placement
+from storm.mm.torus import Box
 
 RESOURCES = "Resources"
 PRIORITY = "Priority"
@@ -66,11 +67,22 @@ class RunningJob:
 
 @dataclass(frozen=True)
 class Start:
-    """A job to launch now; it is already committed to the matrix."""
+    """A job to launch now; it is already committed to the matrix (and, on a torus, to the torus)."""
 
     job_id: int
     placement: Placement
     backfilled: bool  # True when it jumped ahead of an earlier queued job
+    box: Box | None = None  # on a torus: the partition it holds (mm/torus_scheduler.py)
+
+
+@dataclass(frozen=True)
+class Move:
+    """A running job re-placed on the torus by migration (the simulator's alone: storm cannot move a running
+    MPI job), already committed: its new box and the PEs its ranks now have."""
+
+    job_id: int
+    box: Box
+    placement: Placement
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,8 @@ class Plan:
     reasons: dict[int, str]  # every queued job not started -> a Slurm-like reason
     # Every reservation made: the head's alone, except with conservative backfilling (every waiting job).
     reservations: dict[int, Reservation] = field(default_factory=dict)
+    # Jobs placed before this pass that its migration moved (one it starts is in ``starts`` where it ends up).
+    moves: tuple[Move, ...] = ()
 
 
 def runtime_estimate(time_limit: float | None, mpl: int) -> float:

@@ -21,8 +21,9 @@ from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
 from storm.mm.states import ACTIVE_STATES, JobState
 from storm.mm.storage import NodeRecord, StoreError
+from storm.mm.torus import Box
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _sql_states(states: frozenset[JobState]) -> str:
@@ -42,6 +43,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE jobs ADD COLUMN kvsname TEXT NOT NULL DEFAULT ''",),
     # 4: which of a placed job's nodes share a host (its launches tell MPI), for the same reason.
     3: ("ALTER TABLE jobs ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",),
+    # 5: on a torus, the box a job holds ('' elsewhere, and for jobs of an older storm-mm).
+    4: ("ALTER TABLE jobs ADD COLUMN box TEXT NOT NULL DEFAULT ''",),
 }
 
 _SCHEMA = f"""
@@ -49,6 +52,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- kvsname: the PMI name of the job's current (or last) run. Its launches carry it and MPICH names its shared
 -- memory after it; it is random per run, so it is kept for a restarted MM to send a lost launch again.
 -- hosts: the host number of each of its nodes, as its launches give them (comma-separated; '': none).
+-- box: on a torus, the box it holds, 'x,y,z/a,b,c' (base / shape); '' on a flat network.
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     state TEXT NOT NULL,
@@ -64,7 +68,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     suspended_time REAL NOT NULL DEFAULT 0,
     requeues INTEGER NOT NULL DEFAULT 0,
     kvsname TEXT NOT NULL DEFAULT '',
-    hosts TEXT NOT NULL DEFAULT ''
+    hosts TEXT NOT NULL DEFAULT '',
+    box TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN {_UNFINISHED};
@@ -119,8 +124,19 @@ CREATE TABLE IF NOT EXISTS node_exits (
 
 _JOB_COLUMNS = (
     "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row, ending, "
-    "suspended_time, requeues"
+    "suspended_time, requeues, box"
 )
+
+
+def _pack_box(box: Box | None) -> str:
+    return "" if box is None else "{},{},{}/{},{},{}".format(*box.base, *box.shape)
+
+
+def _unpack_box(text: str) -> Box | None:
+    if not text:
+        return None
+    base, shape = (tuple(int(v) for v in part.split(",")) for part in text.split("/"))
+    return Box((base[0], base[1], base[2]), (shape[0], shape[1], shape[2]))
 
 
 def _pack_spec(spec: JobSpec) -> bytes:
@@ -151,9 +167,22 @@ def _unpack_spec(blob: bytes) -> JobSpec:
 
 
 def _row_to_job(row: tuple[object, ...]) -> Job:
-    (job_id, state, spec, submit, start, end, code, reason, placement, mrow, ending, suspended, requeues) = (
-        row
-    )
+    (
+        job_id,
+        state,
+        spec,
+        submit,
+        start,
+        end,
+        code,
+        reason,
+        placement,
+        mrow,
+        ending,
+        suspended,
+        requeues,
+        box,
+    ) = row
     assert isinstance(spec, bytes) and isinstance(placement, bytes)
     return Job(
         id=int(job_id),  # type: ignore[call-overload]
@@ -169,6 +198,7 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
         ending=None if ending is None else JobState(str(ending)),
         suspended_time=float(suspended),  # type: ignore[arg-type]
         requeues=int(requeues),  # type: ignore[call-overload]
+        box=_unpack_box(str(box)),
     )
 
 
@@ -285,7 +315,7 @@ class Store:
         with self._writing():
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, start_time = ?, end_time = ?, exit_code = ?, reason = ?, "
-                "placement = ?, row = ?, ending = ?, suspended_time = ?, requeues = ? WHERE id = ?",
+                "placement = ?, row = ?, ending = ?, suspended_time = ?, requeues = ?, box = ? WHERE id = ?",
                 (
                     job.state.value,
                     job.start_time,
@@ -297,6 +327,7 @@ class Store:
                     None if job.ending is None else job.ending.value,
                     job.suspended_time,
                     job.requeues,
+                    _pack_box(job.box),
                     job.id,
                 ),
             )

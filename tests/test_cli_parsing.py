@@ -252,3 +252,29 @@ def test_storm_sim_offers_every_action_the_simulator_has() -> None:
     parser = sim_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(SIM_ACTIONS) == set(sub.choices) - {"point"}  # point: one job of a submitted sweep
+
+
+def test_local_up_on_a_torus_takes_its_node_count_from_the_torus() -> None:
+    parsed = cli.build_parser().parse_args(["local", "up", "--topology", "torus:2x2x2"])
+    assert cli.local_topology(parsed) == (8, (2, 2, 2))
+    parsed = cli.build_parser().parse_args(["local", "up"])
+    assert cli.local_topology(parsed) == (2, None)
+    parsed = cli.build_parser().parse_args(["local", "up", "--topology", "torus:2x2x2", "--nodes", "4"])
+    with pytest.raises(UsageError, match="torus:2x2x2 has 8 nodes, not --nodes 4"):
+        cli.local_topology(parsed)
+    parsed = cli.build_parser().parse_args(["local", "up", "--topology", "mesh 2x2"])
+    with pytest.raises(UsageError, match=r"--topology: .*neither 'flat' nor 'torus XxYxZ'"):
+        cli.local_topology(parsed)
+
+
+def test_a_local_torus_writes_each_nodes_place(tmp_path: Path) -> None:
+    from storm.mm.config import load
+    from storm.tools.local_cluster import LocalCluster
+
+    cluster = LocalCluster(dir=tmp_path, nodes=8, topology=(2, 2, 2), keys=False)
+    cluster.write_config()
+    config = load(cluster.config_path)
+    assert config.mm.topology == "torus 2x2x2"
+    assert config.mm.coordinates["node5"] == [1, 0, 1]
+    layout = config.mm.torus_layout()
+    assert layout is not None and layout.names[5] == "node5"

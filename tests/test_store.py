@@ -16,6 +16,7 @@ from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.protocol import ClassChange, ProfileEntry
 from storm.mm.states import JobState
 from storm.mm.store import SCHEMA_VERSION, NodeRecord, Store, StoreError
+from storm.mm.torus import Box
 from tests.helpers import open_fds
 
 Opener = Callable[..., Store]
@@ -301,8 +302,32 @@ def test_pmi_names_and_hosts_of_placed_jobs_survive_a_restart(db: Path, open_sto
     assert again.wireups()[starting.id] == ("storm_2_12", (0, 1, 1))
 
 
+def downgrade_to_version_4(db: Path) -> None:
+    """What storm-mm wrote before it knew of tori: no box column."""
+    with closing(sqlite3.connect(db)) as other:
+        other.execute("ALTER TABLE jobs DROP COLUMN box")
+        other.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+        other.commit()
+
+
+def test_a_version_4_store_is_migrated_in_place_and_a_box_is_kept(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    flat = placed(store.add_job(spec(1), 1.0))
+    store.save_job(flat)
+    store.close()
+    downgrade_to_version_4(db)
+    migrated = open_store(db)
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
+    assert migrated.jobs() == [flat]  # placed by the older storm-mm: no box
+    boxed = dataclasses.replace(flat, box=Box((3, 0, 7), (2, 4, 1)))
+    migrated.save_job(boxed)
+    migrated.close()
+    assert open_store(db).get_job(flat.id) == boxed
+
+
 def downgrade_to_version_3(db: Path) -> None:
     """What storm-mm wrote before it knew which nodes share a host."""
+    downgrade_to_version_4(db)
     with closing(sqlite3.connect(db)) as other:
         other.execute("ALTER TABLE jobs DROP COLUMN hosts")
         other.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
@@ -317,7 +342,7 @@ def test_a_version_3_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     store.close()
     downgrade_to_version_3(db)
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
     assert migrated.wireups() == {starting.id: ("storm_1_ab", ())}  # every node a host of its own, as then
     migrated.save_wireup(starting.id, "storm_1_cd", (0, 0))
     assert migrated.wireups() == {starting.id: ("storm_1_cd", (0, 0))}
@@ -342,7 +367,7 @@ def test_a_version_2_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     downgrade_to_version_2(db)
     assert "kvsname" not in {row[1] for row in peek(db, "PRAGMA table_info(jobs)")}
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
     assert migrated.jobs() == [queued, starting]
     assert migrated.wireups() == {}  # placed by the older storm-mm: its name was never kept
     migrated.save_wireup(starting.id, "storm_2_cd")
@@ -372,7 +397,7 @@ def test_a_version_1_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     downgrade_to_version_1(db)
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
     assert migrated.get_job(old.id) == old  # not a --requeue job, never requeued
     job = migrated.add_job(spec(2, requeue=True), 2.0)
     migrated.save_job(dataclasses.replace(job, requeues=1))
@@ -384,5 +409,7 @@ def test_a_failed_migration_changes_nothing(db: Path) -> None:
     with closing(sqlite3.connect(db)) as other:  # version 1 by its label, yet the column is there
         other.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
         other.commit()
-    assert refusal(db).startswith(f"{db}: cannot migrate from schema version 1 to 4: duplicate column name")
+    assert refusal(db).startswith(
+        f"{db}: cannot migrate from schema version 1 to {SCHEMA_VERSION}: duplicate column name"
+    )
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]

@@ -226,7 +226,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # tools/sim/cli.py's actions, named here so that `storm --help` need not import the simulator.
-SIM_ACTIONS = ("run", "sweep", "generate", "compare", "scenarios", "dynamic", "clusterschedsim")
+SIM_ACTIONS = ("run", "sweep", "generate", "compare", "scenarios", "dynamic", "clusterschedsim", "bluegene")
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -235,28 +235,49 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return sim_main([args.action, *args.options])
 
 
+def local_topology(args: argparse.Namespace) -> tuple[int, tuple[int, int, int] | None]:
+    """--nodes and --topology: the node count and the torus, if any (a torus decides the count)."""
+    from storm.mm.torus import parse_topology
+
+    try:
+        dims = parse_topology(args.topology or "flat")
+    except ValueError as exc:
+        raise UsageError(f"--topology: {exc}") from None
+    if dims is None:
+        nodes = 2 if args.nodes is None else args.nodes
+    else:
+        nodes = dims[0] * dims[1] * dims[2]
+        if args.nodes is not None and args.nodes != nodes:
+            raise UsageError(f"--topology {args.topology} has {nodes} nodes, not --nodes {args.nodes}")
+    if nodes < 1:
+        raise UsageError("--nodes must be at least 1")
+    return nodes, dims
+
+
 def local_up(args: argparse.Namespace, directory: Path) -> int:
     from storm.tools.local_cluster import LocalCluster
 
-    if args.nodes < 1:
-        raise UsageError("--nodes must be at least 1")
-    pes = args.pes_per_node or max(1, len(os.sched_getaffinity(0)) // args.nodes)
+    nodes, dims = local_topology(args)
+    pes = args.pes_per_node or max(1, len(os.sched_getaffinity(0)) // nodes)
     policy = p.Policy(args.policy)
-    mpl = args.mpl if args.mpl is not None else (1 if policy is p.Policy.BATCH else 2)
+    mpl = args.mpl if args.mpl is not None else (1 if policy is p.Policy.BATCH or dims is not None else 2)
     if policy is p.Policy.BATCH and mpl != 1:
         raise UsageError("batch runs one job per PE: --mpl needs --policy gang")
     if mpl < 1 or args.slice_ms <= 0:
         raise UsageError("--mpl must be at least 1 and --slice-ms positive")
     settings: dict[str, object] = {"mpl": mpl, "slice": args.slice_ms / 1000}
+    if dims is not None and mpl != 1:
+        raise UsageError("a torus runs one job per node: --mpl must be 1")
     cluster = LocalCluster(
-        dir=directory, nodes=args.nodes, pes_per_node=pes, policy=policy, mm_settings=settings
+        dir=directory, nodes=nodes, pes_per_node=pes, policy=policy, mm_settings=settings, topology=dims
     )
     cluster.up()
     scheduling = {
         p.Policy.BATCH: "batch",
         p.Policy.SB: f"spin-block, MPL {mpl}",
     }.get(policy, f"{policy}, MPL {mpl}, {args.slice_ms:g} ms slices")
-    print(f"storm local cluster up: {args.nodes} node(s) x {pes} PE(s), {scheduling}, state in {directory}")
+    shape = "" if dims is None else " on a {}x{}x{} torus (jobs get boxes of whole nodes)".format(*dims)
+    print(f"storm local cluster up: {nodes} node(s) x {pes} PE(s){shape}, {scheduling}, state in {directory}")
     if directory != default_local_dir():
         print(f"  point the CLI at it with: export STORM_LOCAL_DIR={directory}")
     print("  try: storm submit -n 2 --wait -- python -m storm.tools.apps.hello")
@@ -342,7 +363,11 @@ def add_cluster_commands(sub: Any) -> None:
         "local", help="a whole cluster on this machine", description="Start or stop a local cluster."
     )
     lo.add_argument("action", choices=("up", "down", "status"))
-    lo.add_argument("--nodes", "-N", type=int, default=2, help="node managers to start (default 2)")
+    lo.add_argument("--nodes", "-N", type=int, help="node managers to start (default 2, or the torus's)")
+    lo.add_argument(
+        "--topology", metavar="torus:XxYxZ",
+        help="nodes on a torus, nodeI at x + X (y + Y z) = I: every job gets a box of them (default flat)",
+    )  # fmt: skip
     lo.add_argument("--pes-per-node", "-P", type=int, default=0, help="PEs per node (default: CPUs / nodes)")
     lo.add_argument("--dir", help=f"state directory (default {default_local_dir()})")
     lo.add_argument("--detach", "-d", action="store_true", help="return once all nodes registered")
@@ -368,7 +393,8 @@ def add_cluster_commands(sub: Any) -> None:
         "table; mpi4py: mpi4py's own test suite under storm's policies against mpiexec; "
         "schedule: one scheduling pass over long queues, per backfill mode (in memory, no cluster); "
         "submit: submissions accepted per second from one client connection; "
-        "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster)"
+        "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster); "
+        "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus"
     )
     which = (
         "launch",
@@ -381,6 +407,7 @@ def add_cluster_commands(sub: Any) -> None:
         "schedule",
         "submit",
         "sim",
+        "torus",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
@@ -389,8 +416,9 @@ def add_cluster_commands(sub: Any) -> None:
         "sim",
         help="simulate storm-mm's scheduling of a workload trace (SWF)",
         description="Discrete-event simulation with storm-mm's own core: run, sweep, generate, compare; "
-        "with storm-nm's cores over the node model: scenarios (the FCS paper's synthetic ones), dynamic "
-        "(its dynamic workload over offered loads), clusterschedsim (ClusterSchedSim's schemes).",
+        "with storm-nm's cores over the node model: scenarios (the FCS paper's synthetic ones), dynamic (its "
+        "dynamic workload over offered loads), clusterschedsim (ClusterSchedSim's schemes); bluegene (the "
+        "BlueGene/L paper's torus schedulers).",
     )
     si.add_argument("action", choices=SIM_ACTIONS)
     si.add_argument("options", nargs=argparse.REMAINDER, help="the action's own options (--help)")

@@ -94,6 +94,8 @@ class LocalCluster:
     fcs_settings: dict[str, object] = field(default_factory=dict)
     # CURVE between the MM and its node managers (and remote clients, with [mm] client_tcp_endpoint).
     keys: bool = True
+    # A torus (X, Y, Z) of X Y Z nodes, nodeI at x + X (y + Y z) = I ([mm] topology and coordinates).
+    topology: tuple[int, int, int] | None = None
     mm: Daemon | None = None
     nms: list[Daemon] = field(default_factory=list)
     endpoint: str = ""
@@ -140,6 +142,20 @@ class LocalCluster:
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(self.nodes)]
 
+    def torus_settings(self) -> dict[str, object]:
+        """[mm] topology and coordinates for a torus cluster (none for a flat one)."""
+        if self.topology is None:
+            return {}
+        x_size, y_size, z_size = self.topology
+        if self.nodes != x_size * y_size * z_size:
+            raise LocalClusterError(
+                f"a {x_size}x{y_size}x{z_size} torus has {x_size * y_size * z_size} nodes"
+            )
+        places = {
+            f"node{i}": [i % x_size, i // x_size % y_size, i // (x_size * y_size)] for i in range(self.nodes)
+        }
+        return {"topology": f"torus {x_size}x{y_size}x{z_size}", "coordinates": places}
+
     def node_dir(self, name: str) -> Path:
         return self.dir / "nodes" / name
 
@@ -166,6 +182,7 @@ class LocalCluster:
                 "node_endpoint": "tcp://127.0.0.1:0",
                 "heartbeat_endpoint": "tcp://127.0.0.1:0",
                 **(mm_keys if self.keys else {}),
+                **self.torus_settings(),
                 **self.mm_settings,
             },
             "nm": {
@@ -180,7 +197,7 @@ class LocalCluster:
             if not values:
                 continue
             lines.append(f"\n[{section}]\n")
-            lines.extend(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+            lines.extend(f"{key} = {toml_value(value)}\n" for key, value in values.items())
         self.config_path.write_text("".join(lines))
 
     def _spawn(self, name: str, argv: list[str], log: Path) -> Daemon:
@@ -321,6 +338,7 @@ class LocalCluster:
             "nodes": self.nodes,
             "pes_per_node": self.pes_per_node,
             "policy": self.policy,
+            "topology": self.topology,
             "mm": self.mm.__dict__ if self.mm else None,
             "nms": [d.__dict__ for d in self.nms],
         }
@@ -334,9 +352,11 @@ class LocalCluster:
             state = json.loads((directory / "local.json").read_text())
         except FileNotFoundError:
             raise LocalClusterError(f"no local cluster in {directory}") from None
+        topology = state.get("topology")
         cluster = cls(
-            dir=directory, nodes=state["nodes"], pes_per_node=state["pes_per_node"], policy=state["policy"]
-        )
+            dir=directory, nodes=state["nodes"], pes_per_node=state["pes_per_node"], policy=state["policy"],
+            topology=None if topology is None else (topology[0], topology[1], topology[2]),
+        )  # fmt: skip
         cluster.endpoint, cluster.node_endpoint = state["endpoint"], state["node_endpoint"]
         cluster.heartbeat_endpoint = state.get("heartbeat_endpoint", "")
         cluster.mm = Daemon(**state["mm"]) if state["mm"] else None
@@ -371,6 +391,14 @@ class LocalCluster:
         if self.mm is not None:
             self.stop([self.mm])
         (self.dir / "local.json").unlink(missing_ok=True)
+
+
+def toml_value(value: object) -> str:
+    """A setting as TOML: JSON's strings, numbers, booleans and arrays are TOML's; a table is written
+    inline, its keys quoted."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
 
 
 def tail(path: str, lines: int = 20) -> str:

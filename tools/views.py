@@ -105,13 +105,39 @@ def cmd_show(args: argparse.Namespace) -> int:
             ]  # fmt: skip
             if job.warning:
                 fields.insert(5, ("Warning", job.warning))
+            if job.box is not None:  # a torus: the partition of whole nodes the job holds
+                fields.insert(
+                    fields.index(("Row", "-" if job.row is None else job.row)), ("Box", str(job.box))
+                )
             print("\n".join(f"{k:>11}: {v}" for k, v in fields))
             print()
     return 1 if missing else 0
 
 
+def render_torus(torus: p.TorusView) -> str:
+    """Each layer (z) of the torus as a grid of its nodes, y down and x across: 'node job' ('.' if free,
+    '-' where no node is)."""
+    x_size, y_size, z_size = torus.dims
+    blocks = []
+    for z in range(z_size):
+        rows = []
+        for y in range(y_size):
+            cells = []
+            for x in range(x_size):
+                at = x + x_size * (y + y_size * z)
+                name, job = torus.nodes[at], torus.jobs[at]
+                cells.append(f"{name} {job or '.'}" if name else "-")
+            rows.append((f"y={y}", *cells))
+        blocks.append(f"layer z={z}\n" + table(("", *(f"x={x}" for x in range(x_size))), rows))
+    return "\n\n".join(blocks)
+
+
 def render_matrix(view: p.MatrixView) -> str:
-    """Rows of the matrix, the active one marked with '*'; '.' for a free PE."""
+    """Rows of the matrix, the active one marked with '*'; '.' for a free PE. On a torus, its layers."""
+    if view.torus is not None:
+        dims = "x".join(map(str, view.torus.dims))
+        title = f"torus {dims}: each job holds a box of whole nodes (node, then the job holding it; '.' free)"
+        return title + "\n" + render_torus(view.torus)
     policy = p.Policy(view.policy)
     if policy.cycles:
         active = "-" if view.active_row is None else str(view.active_row)
@@ -265,12 +291,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_nodes(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         nodes = client.nodes()
+        torus = any(n.coords for n in nodes)
+        jobs = client.jobs() if torus and not args.json else []
     if args.json:
         print(json.dumps([as_json(n) for n in nodes], indent=1))
         return 0
     rows = [
         (
             n.name,
+            *(("-" if not n.coords else ",".join(map(str, n.coords)),) if torus else ()),
             n.state,
             n.pes,
             n.pes_used,
@@ -281,5 +310,11 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         )
         for n in nodes
     ]
-    print(table(("NODE", "STATE", "PES", "USED", "JOBS", "SWITCHES (p50/p99)", "ADDRESS", "REASON"), rows))
+    headers = ("NODE", *(("X,Y,Z",) if torus else ()), "STATE", "PES", "USED", "JOBS", "SWITCHES (p50/p99)")
+    print(table((*headers, "ADDRESS", "REASON"), rows))
+    boxed = [j for j in jobs if j.box is not None and p.JobState(j.state).active]
+    if boxed:
+        held = {j.id: [n.name for n in nodes if j.id in n.jobs] for j in boxed}
+        print("\nboxes on the torus:")
+        print("\n".join(f"  job {j.id}: {j.box} on {','.join(held[j.id])}" for j in boxed))
     return 0

@@ -1,5 +1,5 @@
-"""``storm sim run | sweep | generate | compare | dynamic | scenarios``: the simulator's command line
-(``storm sim run --help``).
+"""``storm sim run | sweep | generate | compare | dynamic | scenarios | bluegene``: the simulator's command
+line (``storm sim run --help``).
 
 ``point`` is not listed: it is what each job of ``storm sim sweep --submit`` runs."""
 
@@ -10,7 +10,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from storm.tools.sim.engine import CORES, POLICIES, Machine, Progress, simulate
+from storm.tools.sim.engine import (
+    CORES,
+    MIGRATION_POLICIES,
+    POLICIES,
+    Machine,
+    Progress,
+    backfill_of,
+    parse_machine,
+    simulate,
+)
 from storm.tools.sim.lublin import MIXES, generate
 from storm.tools.sim.metrics import job_rows
 from storm.tools.sim.report import (
@@ -43,7 +52,18 @@ class SimUsageError(ValueError):
     pass
 
 
+MIGRATION_NOTE = (
+    "simulator only: the BlueGene/L paper's migration (FN_tor >= 0.1, FN_max <= 0.7) moves running jobs, "
+    "which storm cannot do to a running MPI job (it has no checkpointing); each job moved stops for the "
+    "migration cost"
+)
+
+
 def _machine(args: argparse.Namespace, header: tuple[int, int] | None) -> Machine:
+    if getattr(args, "machine", None):
+        if args.nodes is not None or args.pes_per_node is not None:
+            raise SimUsageError("--machine or --nodes/--pes-per-node, not both")
+        return parse_machine(args.machine)
     nodes, pes = args.nodes, args.pes_per_node
     if nodes is None and pes is None:
         if header is None:
@@ -96,16 +116,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.png:
         require_matplotlib()
     machine, workload, sha = _load(args)
+    backfill, migrates = backfill_of(args.policy, machine)
     scaled = scale_load(workload, args.compress, args.stretch)
     show = args.progress or sys.stderr.isatty()
     progress = Progress(len(scaled.jobs)) if show else None
-    result = simulate(scaled, machine, args.policy, args.seed, progress, core=args.core)
+    result = simulate(
+        scaled, machine, args.policy, args.seed, progress, core=args.core, migration_cost=args.migration_cost
+    )
     rows = job_rows(result.outcomes)
+    extra: dict[str, object] = {
+        "policy": args.policy, "backfill": backfill, "mpl": 1, "first_jobs": args.jobs, "core": args.core,
+    }  # fmt: skip
+    if machine.torus is not None:
+        extra["torus"] = list(machine.torus)
+    if migrates:
+        extra["migration"] = MIGRATION_NOTE
+        extra["migration_cost_s"] = args.migration_cost
     m = manifest(
         scaled, source=str(args.trace), sha256=sha, seed=args.seed,
-        machine=(machine.nodes, machine.pes_per_node),
-        extra={"policy": args.policy, "backfill": POLICIES[args.policy], "mpl": 1, "first_jobs": args.jobs,
-               "core": args.core},
+        machine=(machine.nodes, machine.pes_per_node), extra=extra,
     )  # fmt: skip
     data = result_json(result, m, rows)
     sys.stdout.write(markdown_run(data))
@@ -330,8 +359,19 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="one simulated run of an SWF trace")
     _add_workload_options(run)
     run.add_argument(
-        "--policy", choices=tuple(POLICIES), default="easy", help="batch scheduling (default easy)"
-    )
+        "--machine", metavar="torus:XxYxZ",
+        help="the machine instead of --nodes: torus:XxYxZ (a job holds a box of nodes, as on BlueGene/L: "
+        "torus:4x4x8 is its 128 supernodes) or flat:N",
+    )  # fmt: skip
+    run.add_argument(
+        "--policy", choices=(*POLICIES, *MIGRATION_POLICIES), default="easy",
+        help="batch scheduling (default easy); on a torus also migration and easy+migration (the paper's "
+        "Migration and B+M, simulator only)",
+    )  # fmt: skip
+    run.add_argument(
+        "--migration-cost", type=float, default=0.0, metavar="SECONDS",
+        help="how long a migrated job stops (default 0, as the paper)",
+    )  # fmt: skip
     run.add_argument("--seed", type=int, default=0, help="the MM core's nonces (--core mm; default 0)")
     run.add_argument(
         "--core", choices=CORES, default="scheduler",
@@ -388,9 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--dir", help="the local cluster's directory (default: a temporary one, removed)")
     co.add_argument("--json", help="write every job's times and the summary here")
     co.set_defaults(func=cmd_compare)
+    from storm.tools.sim.bluegene_cli import add_parser as add_bluegene
     from storm.tools.sim.cosched.dynamic_cli import add_parser as add_dynamic
 
     add_dynamic(sub)
+    add_bluegene(sub)
     sub.add_parser(
         "scenarios",
         help="the FCS paper's scenarios under batch, gang, sb and fcs through storm's cores over the node "

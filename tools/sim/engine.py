@@ -33,11 +33,14 @@ job (tests/test_sim_nodes_merged.py checks it on random workloads) for three rea
   and kvsname nonces are drawn once per start, in the order of the starts.
 
 What differs is only what a run costs: a job on k nodes costs 2k messages through the core, one node's
-costs 2, and the job's Outcome names no node. ``merge_nodes=False`` simulates the nodes as given.
+costs 2, and the job's Outcome names no node. ``merge_nodes=False`` simulates the nodes as given. A torus
+machine is never merged: where a node sits decides where a job may go. There the core is configured with
+the torus (``[mm] topology``, node ``n{i}`` at the place of index i), and places as storm-mm does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
@@ -57,6 +60,8 @@ from storm.mm.jobs import Job
 from storm.mm.memory_store import MemoryStore
 from storm.mm.rights import Account
 from storm.mm.runs import seeded_nonces
+from storm.mm.torus import parse_dims
+from storm.mm.torus_state import TorusLayout
 from storm.tools.sim.nodes import InvariantError, SimNodes
 from storm.tools.sim.swf import SimJob, Workload
 
@@ -69,6 +74,11 @@ EVENT_ORDER = (
 # What the CLI's --policy names, as the MM's [mm] backfill values. The core schedules batch jobs in one row
 # of the matrix (MPL 1) under every one of them.
 POLICIES = {"fcfs": "none", "easy": "easy", "conservative": "conservative"}
+# The BlueGene/L paper's migration (FCFS + migration, and B+M), on a torus only and in the simulator only:
+# storm cannot move a running MPI job (that needs checkpointing), so storm-mm never migrates; the scheduler
+# core's pass does it here (mm/torus_scheduler.py), at a cost per migrated job the run states.
+MIGRATION_POLICIES = {"migration": "none", "easy+migration": "easy"}
+TORUS_POLICIES = ("fcfs", "easy", *MIGRATION_POLICIES)
 
 # What of storm-mm a run drives (see simulate()).
 CORES = ("scheduler", "mm")
@@ -102,12 +112,80 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Machine:
+    """``nodes`` x ``pes_per_node`` PEs; with ``torus`` (X, Y, Z) the nodes sit on a torus (X Y Z of them, one
+    PE each, as the BlueGene/L paper's supernodes) and every job holds a box of them."""
+
     nodes: int
     pes_per_node: int
+    torus: tuple[int, int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.torus is not None and (self.nodes != math.prod(self.torus) or self.pes_per_node != 1):
+            raise ValueError("a torus machine has one node of one PE per position")
 
     @property
     def pes(self) -> int:
         return self.nodes * self.pes_per_node
+
+    def describe(self) -> str:
+        if self.torus is not None:
+            return "torus {}x{}x{} ({} nodes of 1 PE)".format(*self.torus, self.nodes)
+        return f"flat, {self.nodes} nodes x {self.pes_per_node} PEs"
+
+
+def parse_machine(text: str) -> Machine:
+    """``--machine``: ``torus:XxYxZ`` (as ``storm local up --topology``) or ``flat:N`` (N nodes of 1 PE)."""
+    kind, _, size = text.partition(":")
+    if kind == "torus":
+        dims = parse_dims(size)
+        return Machine(math.prod(dims), 1, dims)
+    if kind == "flat" and size.isdigit() and int(size) >= 1:
+        return Machine(int(size), 1)
+    raise ValueError(f"--machine {text!r}: torus:XxYxZ (such as torus:4x4x8) or flat:N (such as flat:128)")
+
+
+def backfill_of(policy: str, machine: Machine) -> tuple[str, bool]:
+    """The ``[mm] backfill`` a policy runs, and whether it migrates; ValueError for a policy the machine does
+    not take (migration is a torus's; conservative backfilling a flat machine's)."""
+    if machine.torus is not None:
+        if policy not in TORUS_POLICIES:
+            raise ValueError(f"policy {policy!r} on a torus: one of {', '.join(TORUS_POLICIES)}")
+        return {**POLICIES, **MIGRATION_POLICIES}[policy], policy in MIGRATION_POLICIES
+    if policy not in POLICIES:
+        extra = " (migration needs a torus: --machine torus:XxYxZ)" if policy in MIGRATION_POLICIES else ""
+        raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}{extra}")
+    return POLICIES[policy], False
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The BlueGene/L paper's split of the machine's capacity (its section 3.2), each a share of N x T: N the
+    machine's units (torus nodes, or PEs), T the last end - the first arrival.
+
+    - ``utilized``: the work jobs asked for, sum(size x time run) with the trace's sizes (less any time a
+      migration stopped them);
+    - ``unused``: free units no queued job asked for, the integral of max(0, free - queued);
+    - ``lost``: the rest, counted on its own: free units queued jobs asked for but could not use
+      (fragmentation, the queue's order), plus units held beyond the work (a size rounded or grown to a box,
+      a migration's pause). The engine checks the three add up to 1 on every run.
+    """
+
+    utilized: float
+    unused: float
+    lost: float
+    units: int
+    span: float
+
+
+@dataclass(frozen=True)
+class Migrations:
+    """The simulator's migrations (MIGRATION_POLICIES): attempted (the gates passed), successful (the largest
+    free partition grew, so jobs moved), jobs moved, and what each move cost the job moved."""
+
+    attempts: int
+    successes: int
+    jobs_moved: int
+    cost_s: float
 
 
 @dataclass
@@ -122,6 +200,8 @@ class RunResult:
     events: int
     passes: int
     simulated: Machine | None = None  # the nodes the core saw, when not ``machine``'s (see merged())
+    capacity: Capacity | None = None  # the scheduler core measures it (tools/sim/fast.py)
+    migrations: Migrations | None = None  # runs of MIGRATION_POLICIES
 
 
 @contextmanager
@@ -165,6 +245,8 @@ def merged(machine: Machine) -> Machine:
     """The same PEs as the fewest nodes that group ``machine``'s evenly, of at most MAX_NODE_PES PEs each
     (``machine`` itself if its nodes are that large already). The module's docstring says why a run on it
     decides the same."""
+    if machine.torus is not None:
+        return machine  # a node's place on the torus decides where a job may go: nothing merges
     nodes, pes = machine.nodes, machine.pes_per_node
     groups = [d for d in range(1, nodes + 1) if nodes % d == 0 and pes * d <= MAX_NODE_PES]
     if not groups:
@@ -181,12 +263,18 @@ def kill_time(start: float, limit: float) -> float:
     return kill
 
 
-def mm_config(policy: str) -> MMConfig:
-    """The MM's configuration for a simulated batch cluster under ``policy`` (a key of POLICIES)."""
+def mm_config(policy: str, machine: Machine | None = None) -> MMConfig:
+    """The MM's configuration for a simulated batch cluster under ``policy`` (a key of POLICIES): on a torus
+    ``machine``, with the torus as ``[mm] topology`` and node ``n{i}`` at the place of index i (x fastest)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
     # Simulated nodes never go silent and answer kills at once: liveness and kill timeouts never fire.
-    return MMConfig(mpl=1, backfill=POLICIES[policy], node_timeout=math.inf, kill_timeout=math.inf)
+    config = MMConfig(mpl=1, backfill=POLICIES[policy], node_timeout=math.inf, kill_timeout=math.inf)
+    if machine is None or machine.torus is None:
+        return config
+    layout = TorusLayout.numbered(machine.torus)
+    places = {name: list(place) for name, place in layout.coordinates().items()}
+    return dataclasses.replace(config, topology="torus {}x{}x{}".format(*machine.torus), coordinates=places)
 
 
 class Engine:
@@ -208,7 +296,12 @@ class Engine:
         self.policy = policy
         self.seed = seed
         self.progress = progress
-        self.ctl = Controller(MemoryStore(), mm_config(policy), "sim", nonce=seeded_nonces(seed))
+        if policy in MIGRATION_POLICIES:
+            raise ValueError(
+                f"policy {policy}: migration runs in the scheduler core only (--core scheduler); storm-mm's "
+                "Controller never migrates, since storm cannot move a running MPI job"
+            )
+        self.ctl = Controller(MemoryStore(), mm_config(policy, machine), "sim", nonce=seeded_nonces(seed))
         self.nodes = SimNodes(self.simulated.nodes, self.simulated.pes_per_node)
         self.heap: list[tuple[float, int, int]] = []
         self.inbox: deque[tuple[str, p.Message]] = deque()  # (node, report) on its way to the MM
@@ -363,29 +456,42 @@ def simulate(
     *,
     merge_nodes: bool = True,
     core: str = "scheduler",
+    migration_cost: float = 0.0,
 ) -> RunResult:
     """Run ``workload`` through storm-mm on ``machine`` (the module's docstring says what ``merge_nodes``
     does). ``core`` is what of storm-mm runs (:data:`CORES`): ``"scheduler"``, its scheduling state and
     passes (tools/sim/fast.py); ``"mm"``, its whole Controller with simulated node managers (:class:`Engine`).
-    Both decide the same (tests/test_sim_cores.py); the first is several times faster."""
+    Both decide the same (tests/test_sim_cores.py); the first is several times faster, and alone runs the
+    MIGRATION_POLICIES, each migrated job stopped for ``migration_cost`` seconds."""
+    backfill_of(policy, machine)  # a policy the machine does not take: refused before anything runs
     if core == "mm":
+        if migration_cost:
+            raise ValueError("migration_cost: migration runs in the scheduler core only")
         return Engine(workload, machine, policy, seed, progress, merge_nodes=merge_nodes).run()
     if core != "scheduler":
         raise ValueError(f"unknown core {core!r}: one of {', '.join(CORES)}")
     from storm.tools.sim.fast import FastEngine  # it builds on this module
 
-    return FastEngine(workload, machine, policy, seed, progress, merge_nodes=merge_nodes).run()
+    engine = FastEngine(
+        workload, machine, policy, seed, progress, merge_nodes=merge_nodes, migration_cost=migration_cost
+    )
+    return engine.run()
 
 
 __all__ = [
     "CORES",
     "EVENT_ORDER",
+    "MIGRATION_POLICIES",
+    "TORUS_POLICIES",
+    "Capacity",
     "Engine",
     "InvariantError",
     "Machine",
+    "Migrations",
     "Outcome",
     "RunResult",
     "SimError",
     "merged",
+    "parse_machine",
     "simulate",
 ]

@@ -22,6 +22,13 @@ What must match the Controller-driven run, and why it does:
 
 The same invariants as the simulated node managers check are checked here, on the placements the passes
 make: a PE holds at most one job at a time, no job starts before it arrives, every job ends.
+
+On a torus machine (``Machine.torus``) the state holds a TorusState and its passes are storm-mm's torus
+schedulers (mm/torus_scheduler.py); the MIGRATION_POLICIES, the simulator's alone, add the paper's migration
+to them: a pass's moves take the jobs' ranks to their new PEs, and each moved job stops for the migration
+cost (its end and limit move later; the events already on the heap are skipped when they come). Every run
+also integrates the free units and those no queued job asks for between instants, for the BlueGene/L
+paper's capacity split (engine.Capacity), which must add up to 1 (an InvariantError otherwise).
 """
 
 from __future__ import annotations
@@ -33,16 +40,21 @@ from collections.abc import Callable
 
 from storm.mm.matrix import Matrix
 from storm.mm.schedule_state import ScheduleState
+from storm.mm.scheduler import Move
+from storm.mm.torus_scheduler import Migration
+from storm.mm.torus_state import TorusLayout, TorusState
 from storm.tools.sim.engine import (
     END,
     LIMIT,
     SUBMIT,
+    Capacity,
     Machine,
+    Migrations,
     Outcome,
     RunResult,
+    backfill_of,
     kill_time,
     merged,
-    mm_config,
 )
 from storm.tools.sim.nodes import InvariantError
 from storm.tools.sim.swf import Workload
@@ -51,9 +63,12 @@ COMPLETED, TIMEOUT = "COMPLETED", "TIMEOUT"
 
 
 class FastEngine:
-    """One simulated run of ``workload`` on ``machine`` under ``policy`` (a key of engine.POLICIES).
+    """One simulated run of ``workload`` on ``machine`` under ``policy`` (engine.backfill_of says which
+    policies a machine takes).
 
     ``seed`` is recorded only: nothing here draws a random number (the Controller's kvsnames are not made).
+    On a torus, the MIGRATION_POLICIES migrate (the pass's moves), and each migrated job stops for
+    ``migration_cost`` seconds: its end and its time limit move that much later.
     """
 
     def __init__(
@@ -65,18 +80,26 @@ class FastEngine:
         progress: Callable[[int, float], None] | None = None,
         *,
         merge_nodes: bool = True,
+        migration_cost: float = 0.0,
     ) -> None:
-        config = mm_config(policy)  # refuses an unknown policy as the other engine does
+        backfill, migrates = backfill_of(policy, machine)  # refuses what the machine does not take
+        if not (migration_cost >= 0 and math.isfinite(migration_cost)):
+            raise ValueError(f"migration_cost must be >= 0 seconds, not {migration_cost}")
         self.workload = workload
         self.machine = machine
         self.simulated = merged(machine) if merge_nodes else machine
         self.policy = policy
         self.seed = seed
         self.progress = progress
-        matrix = Matrix(config.mpl)
+        self.migration_cost = migration_cost
+        matrix = Matrix(1)
         for index in range(self.simulated.nodes):
             matrix.add_node(f"n{index}", self.simulated.pes_per_node)
-        self.state = ScheduleState(matrix, config.backfill)
+        self.torus: TorusState | None = None
+        if machine.torus is not None:
+            self.torus = TorusState(TorusLayout.numbered(machine.torus))
+        migration = Migration() if migrates else None
+        self.state = ScheduleState(matrix, backfill, self.torus, migration)
         self.heap: list[tuple[float, int, int]] = []  # (time, kind, workload index): engine.EVENT_ORDER
         self.starts: list[float] = []
         self.ends: list[float] = []
@@ -90,17 +113,24 @@ class FastEngine:
         count = len(jobs)
         state = self.state
         queued = state.queued
-        self.starts = [math.nan] * count
-        self.ends = [math.nan] * count
-        self.states = [""] * count
-        self.busy = {}
+        self._reset()
         heap = self.heap = []
         if jobs:
             heap.append((jobs[0].submit, SUBMIT, 0))
         events = passes = 0
+        # The capacity split (engine.Capacity), integrated between instants: free units, and of them those
+        # no queued job asks for.
+        free_time = unused_time = 0.0
+        queued_units = 0
+        last = jobs[0].submit if jobs else 0.0
         progress = self.progress
         while heap:
             now = heap[0][0]
+            if self.done < count:  # past the last end only superseded events are left (see _end)
+                free = self._free_units()
+                free_time += free * (now - last)
+                unused_time += max(0, free - queued_units) * (now - last)
+                last = now
             due = False
             while heap and heap[0][0] == now:
                 _, kind, index = heapq.heappop(heap)
@@ -108,6 +138,7 @@ class FastEngine:
                 if kind == SUBMIT:
                     job = jobs[index]
                     state.enqueue(index + 1, job.procs, job.limit)
+                    queued_units += self.wanted[index]
                     if index + 1 < count:
                         heapq.heappush(heap, (jobs[index + 1].submit, SUBMIT, index + 1))
                     due = True
@@ -116,21 +147,66 @@ class FastEngine:
             if due:
                 passes += 1
                 if queued:
-                    for start in state.run_pass(now).starts:
-                        self._start(start.job_id - 1, start.placement.pes, now)
+                    plan = state.run_pass(now)
+                    if plan.moves:
+                        self._moves(plan.moves)
+                    for start in plan.starts:
+                        index = start.job_id - 1
+                        queued_units -= self.wanted[index]
+                        held = start.box.volume if start.box is not None else len(start.placement.pes)
+                        self._start(index, start.placement.pes, held, now)
             if progress is not None:
                 progress(self.done, now)
         wall = time.perf_counter() - started
         simulated = self.simulated if self.simulated != self.machine else None
+        outcomes = self._outcomes()
         return RunResult(
-            self._outcomes(), self.machine, self.policy, self.seed, wall, events, passes, simulated
-        )
+            outcomes, self.machine, self.policy, self.seed, wall, events, passes, simulated,
+            capacity=self._capacity(free_time, unused_time), migrations=self._migrations(),
+        )  # fmt: skip
 
-    def _start(self, index: int, pes: tuple[tuple[str, int], ...], now: float) -> None:
+    def _reset(self) -> None:
+        """Per-job records of a run, in workload order."""
+        jobs = self.workload.jobs
+        count = len(jobs)
+        self.starts = [math.nan] * count
+        self.ends = [math.nan] * count
+        self.states = [""] * count
+        self.busy = {}
+        self.holding: dict[int, tuple[tuple[str, int], ...]] = {}  # index -> the PEs its ranks hold
+        self.held = [0] * count  # units (torus nodes, or PEs) each job held
+        self.paused = [0.0] * count  # seconds migrations stopped each job
+        self.due = [math.inf] * count  # when each job's END (its runtime over) is due
+        self.killed_at = [math.inf] * count  # when each job's LIMIT is due
+        self.wanted = [self._wanted(job.procs) for job in jobs]
+
+    def _wanted(self, procs: int) -> int:
+        """The units a queued job of ``procs`` ranks asks for: its box's nodes on a torus, else PEs."""
+        if self.torus is None:
+            return procs
+        rounded = self.torus.torus.round_size(procs)
+        return procs if rounded is None else rounded
+
+    def _free_units(self) -> int:
+        if self.torus is not None:
+            return self.torus.torus.nodes - self.torus.taken.bit_count()
+        return self.state.matrix.free_pes(0)
+
+    def _start(self, index: int, pes: tuple[tuple[str, int], ...], held: int, now: float) -> None:
         """A pass started job ``index`` (of the workload) on ``pes``: check it, put its end on the heap."""
         job = self.workload.jobs[index]
         if now < job.submit:
             raise InvariantError(f"job {index + 1} starts at {now}, before its submission ({job.submit})")
+        self._claim(index, pes)
+        self.starts[index] = now
+        self.held[index] = held
+        self.due[index] = now + job.runtime
+        heapq.heappush(self.heap, (self.due[index], END, index))
+        if job.runtime > job.limit:
+            self.killed_at[index] = kill_time(now, job.limit)
+            heapq.heappush(self.heap, (self.killed_at[index], LIMIT, index))
+
+    def _claim(self, index: int, pes: tuple[tuple[str, int], ...]) -> None:
         busy = self.busy
         taken = busy.keys() & pes
         if taken:
@@ -138,25 +214,80 @@ class FastEngine:
             holder = busy[(node, pe)]
             raise InvariantError(f"job {index + 1} placed on {node}:{pe}, where job {holder} still runs")
         busy.update(dict.fromkeys(pes, index + 1))
-        self.starts[index] = now
-        heapq.heappush(self.heap, (now + job.runtime, END, index))
-        if job.runtime > job.limit:
-            heapq.heappush(self.heap, (kill_time(now, job.limit), LIMIT, index))
+        self.holding[index] = pes
+
+    def _moves(self, moves: tuple[Move, ...]) -> None:
+        """Migration moved running jobs (a job's new PEs may be another's old ones: all leave, then all
+        arrive); each stops for the migration cost."""
+        busy = self.busy
+        for move in moves:
+            index = move.job_id - 1
+            if self.states[index] or math.isnan(self.starts[index]):
+                raise InvariantError(f"job {index + 1} migrated while not running")
+            for pe in self.holding.pop(index):
+                del busy[pe]
+        cost = self.migration_cost
+        for move in moves:
+            index = move.job_id - 1
+            self._claim(index, move.placement.pes)
+            if cost > 0:
+                # Its end and its limit move later; the events already on the heap are skipped (see _end).
+                self.paused[index] += cost
+                self.due[index] += cost
+                heapq.heappush(self.heap, (self.due[index], END, index))
+                if math.isfinite(self.killed_at[index]):
+                    self.killed_at[index] += cost
+                    heapq.heappush(self.heap, (self.killed_at[index], LIMIT, index))
 
     def _end(self, index: int, kind: int, now: float) -> bool:
-        """Job ``index``'s runtime (END) or limit (LIMIT) is over: it ends, unless it ended already."""
+        """Job ``index``'s runtime (END) or limit (LIMIT) is over: it ends, unless it ended already or the
+        event is one a migration moved later."""
         if self.states[index]:
             return False  # killed at its limit before its runtime was over
+        if now != (self.due[index] if kind == END else self.killed_at[index]):
+            return False  # superseded: a migration stopped the job and moved this event later
         self.states[index] = TIMEOUT if kind == LIMIT else COMPLETED
         self.ends[index] = now
         placement = self.state.end(index + 1)
         if placement is None:
             raise InvariantError(f"job {index + 1} ended without holding PEs")
         busy = self.busy
-        for pe in placement.pes:
+        for pe in self.holding.pop(index):
             del busy[pe]
         self.done += 1
         return True
+
+    def _capacity(self, free_time: float, unused_time: float) -> Capacity | None:
+        """engine.Capacity from the integrals of the run; InvariantError unless the three shares add up to
+        1, which holds only if the free units the scheduler's state showed at every instant are the machine
+        less what the jobs' records say they held."""
+        jobs = self.workload.jobs
+        if not jobs:
+            return None
+        units = self.torus.torus.nodes if self.torus is not None else self.simulated.pes
+        span = max(self.ends) - jobs[0].submit
+        if span <= 0:
+            return None
+        work = held = 0.0
+        for i, job in enumerate(jobs):
+            ran = self.ends[i] - self.starts[i]
+            work += job.procs * (ran - self.paused[i])
+            held += self.held[i] * ran
+        whole = units * span
+        utilized, unused = work / whole, unused_time / whole
+        lost = (free_time - unused_time + held - work) / whole
+        if abs(utilized + unused + lost - 1) > 1e-9:
+            raise InvariantError(
+                f"capacity utilized {utilized:.12f} + unused {unused:.12f} + lost {lost:.12f} != 1: the free "
+                "units the scheduler showed differ from what the jobs held"
+            )
+        return Capacity(utilized, unused, lost, units, span)
+
+    def _migrations(self) -> Migrations | None:
+        if self.state.migration is None or self.torus is None:
+            return None
+        t = self.torus
+        return Migrations(t.migrations, t.migrated, t.jobs_moved, self.migration_cost)
 
     def _outcomes(self) -> list[Outcome]:
         """Every job's outcome, after checking the run's end invariants."""

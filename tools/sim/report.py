@@ -100,6 +100,8 @@ def result_json(
         "manifest": manifest_,
         "policy": result.policy,
         "summary": dataclasses.asdict(summary),
+        "capacity": None if result.capacity is None else dataclasses.asdict(result.capacity),
+        "migrations": None if result.migrations is None else dataclasses.asdict(result.migrations),
         "events": result.events,
         "jobs": [dataclasses.asdict(r) for r in rows],
         "wall": {
@@ -177,8 +179,33 @@ def markdown_run(data: dict[str, Any]) -> str:
         f"bounded slowdown threshold {m['bsld_threshold_s']:g} s",
         f"end states: {', '.join(f'{k} {v}' for k, v in summary.states.items())}"
         f" ({m['jobs_over_limit']} jobs run longer than their limit: storm ends them TIMEOUT)",
+        *_torus_notes(data),
     ]
     return markdown_table([cells]) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def _torus_notes(data: dict[str, Any]) -> list[str]:
+    """The BlueGene/L paper's capacity split, and what migration did (and that only a simulator does it)."""
+    notes = []
+    m, capacity, migrations = data["manifest"], data.get("capacity"), data.get("migrations")
+    if "torus" in m:
+        dims = "x".join(map(str, m["torus"]))
+        notes.append(
+            f"torus {dims}: every job holds a box of whole nodes, placed to leave the largest free box"
+        )
+    if capacity is not None:
+        notes.append(
+            f"capacity (BlueGene/L paper, 3.2): utilized {capacity['utilized']:.3f}, unused "
+            f"{capacity['unused']:.3f}, lost {capacity['lost']:.3f} (checked to add up to 1)"
+        )
+    if migrations is not None:
+        rate = migrations["successes"] / migrations["attempts"] if migrations["attempts"] else 0.0
+        notes.append(
+            f"migrations: {migrations['attempts']} attempted, {migrations['successes']} successful "
+            f"({rate:.0%}), {migrations['jobs_moved']} jobs moved at {migrations['cost_s']:g} s each; "
+            f"{m['migration']}"
+        )
+    return notes
 
 
 def _merged_note(m: dict[str, Any]) -> list[str]:
