@@ -57,7 +57,13 @@ def describe_fd(fd: int) -> str:
 
 
 def shm_entries() -> set[str]:
-    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+    """The POSIX shared-memory segments (files) in /dev/shm. Directories are never segments: a simulation
+    keeps its node cores' job directories in one there (tools/sim/cosched/cluster.py), and one running
+    beside the tests is none of theirs."""
+    if not SHM.is_dir():
+        return set()
+    with os.scandir(SHM) as entries:
+        return {entry.name for entry in entries if not entry.is_dir(follow_symlinks=False)}
 
 
 def start_cluster(
