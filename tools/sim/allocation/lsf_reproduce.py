@@ -92,6 +92,10 @@ def run_one(setup: Setup, discipline: str, knowledge: str, seed: int, rate: floa
         tagged_jobs(workload, seed), setup.costs.dispatch_s, PROCESSORS_PER_UNIT, workload.units
     )
     span = result.end_time * workload.units
+    slowest = max(
+        (j for j in [*cluster.finished, *cluster.jobs.values()] if j.spec.tagged),
+        key=lambda j: ((j.end if j.end is not None else result.end_time) - j.spec.arrival, -j.job_id),
+    )
     over5 = sum(t for n, t in result.queue_time.items() if n > 5)
     return {
         "discipline": discipline,
@@ -107,6 +111,16 @@ def run_one(setup: Setup, discipline: str, knowledge: str, seed: int, rate: floa
         "mean_queue": result.mean_queue,
         "queue_over_5_share": over5 / result.end_time if result.end_time > 0 else 0.0,
         "counts": result.counts,
+        "slowest": {
+            "job": slowest.job_id,
+            "response": (slowest.end if slowest.end is not None else result.end_time) - slowest.spec.arrival,
+            "work": slowest.spec.work,
+            "minimum": slowest.spec.minimum,
+            "desired": slowest.spec.desired,
+            "kind": slowest.spec.kind,
+            "alone": slowest.spec.runtime(slowest.spec.maximum, PROCESSORS_PER_UNIT),
+            "preemptions": slowest.preemptions,
+        },
         "unit_shares": {k: v / span for k, v in result.unit_seconds.items()} if span > 0 else {},
     }
 

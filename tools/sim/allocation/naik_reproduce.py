@@ -174,14 +174,23 @@ class BurstWatch:
             cluster.stopped = True
 
 
+SEARCH = 200_000  # departures a transient run may take to reach steady state
+
+
 def transient_run(setup: Setup, name: str, seed: int, steady_u: float) -> Json:
-    """One transient sample path: U from departure t to t + 400, the burst at t + 100."""
+    """One transient sample path: U from departure t to t + 400, the burst at t + 100. A RuntimeError if
+    the running mean never settles near ``steady_u`` within :data:`SEARCH` departures (a steady-state value
+    from runs too short to be right)."""
     watch = BurstWatch(steady_u, setup.burst, seed)
     jobs = NaikWorkload(rate=setup.transient_rate).jobs(1000 + seed)
-    cluster = NaikCluster(make_policy(name, setup.dp), jobs, 10_000_000, on_departure=watch)
+    cluster = NaikCluster(make_policy(name, setup.dp), jobs, SEARCH, on_departure=watch)
     cluster.run()
     if not watch.done:
-        raise RuntimeError(f"{name}, seed {seed}: no steady state within 10,000,000 departures")
+        raise RuntimeError(
+            f"{name}, sample path {seed}: the running mean of U did not stay within 10% of the steady-state "
+            f"{steady_u:.3g} for 100 departures within {SEARCH:,} departures: run longer steady states "
+            "(--departures)"
+        )
     return {"policy": name, "seed": seed, "t": watch.t, "u": watch.u[: watch.after + 1]}
 
 
