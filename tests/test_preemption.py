@@ -147,6 +147,7 @@ def test_preemptions_never_share_a_unit_nor_break_a_rule(
     wants = {w.job_id: w for w in waiting}
     used: set[int] = set()
     suspended_ids: set[int] = set()
+    available = set(free)
     for p in out:
         job = wants[p.by]
         assert len(p.units) == job.size
@@ -155,7 +156,9 @@ def test_preemptions_never_share_a_unit_nor_break_a_rule(
         assert p.victims and not set(p.victims) & suspended_ids
         suspended_ids |= set(p.victims)
         victim_units = frozenset().union(*(by_id[v].units for v in p.victims))
-        assert p.units <= free | victim_units
+        # Free units, those of this preemption's victims, and those earlier victims left unused.
+        assert p.units <= available | victim_units
+        available = (available | victim_units) - p.units
         for v in p.victims:
             assert now - by_id[v].since >= RULES.min_run_s
             assert job.priority > by_id[v].priority

@@ -11,6 +11,7 @@ import pytest
 
 from storm.tools.sim import cli
 from storm.tools.sim.allocation.lsf_report import claims as lsf_claims
+from storm.tools.sim.allocation.lsf_report import notes as lsf_notes
 from storm.tools.sim.allocation.lsf_reproduce import KNOWLEDGE
 
 
@@ -68,7 +69,8 @@ def test_lsf_claims_differ_and_say_why() -> None:
     out = {c["claim"]: c for c in lsf_claims(cells, rates, runs_for(cells))}
     mig = out["RTC's mean response at least 5x MIG's"]
     assert mig["agrees"] is False and "3.0" in mig["model"]
-    assert "1 of 2 runs" in mig["why"] and "holds at 1/400" in mig["why"]
+    assert "(note A)" in mig["why"] and "holds at 1/400" in mig["why"]
+    assert "1 of 2 runs" in lsf_notes(cells, runs_for(cells))["A"]
     assert out["RTC's mean response at least 5x MALL-AD's"]["agrees"] is True
     assert out["MIG and MALL-AD mean responses in the paper's band"]["agrees"] is False
     half = out["RTC-ADSUBSET's makespan about half RTC's"]

@@ -120,6 +120,7 @@ def run_one(setup: Setup, discipline: str, knowledge: str, seed: int, rate: floa
             "kind": slowest.spec.kind,
             "alone": slowest.spec.runtime(slowest.spec.maximum, PROCESSORS_PER_UNIT),
             "preemptions": slowest.preemptions,
+            "finished": slowest.end is not None,
         },
         "unit_shares": {k: v / span for k, v in result.unit_seconds.items()} if span > 0 else {},
     }

@@ -206,6 +206,7 @@ def command_lsf(args: argparse.Namespace) -> int:
     data["claims"] = (
         lsf_report.claims(cells, by_rate, runs) if set(lsf_reproduce.HEADLINE) <= set(cells) else []
     )
+    data["notes"] = lsf_report.notes(cells, runs)
     text = lsf_report.markdown(data)
     _write(args.dir, data, text, lsf_report.plot, "lsf")
     return 0
