@@ -96,6 +96,26 @@ def test_simple_preemption_suspends_after_a_minute_and_resumes_in_place() -> Non
     assert cluster.finished[1].preemptions == 1
 
 
+def test_demand_without_speedup_lets_a_poor_job_outrank_an_arrival() -> None:
+    # A poor job (s = 0.1) on 2 units of 8 processors: 6.4x speedup on 16, so it acquires processor time 2.5x
+    # faster than it does work, and demand - acquired reaches 0 at 30 + 1000 s with 60% of its work left.
+    poor = JobSpec(0, 0.0, 16_000.0, 2, 2, 2, Amdahl(0.1))
+    short = JobSpec(1, 1200.0, 1000.0, 2, 2, 2, Amdahl(0.0))
+    ends = {}
+    for knowledge in (Knowledge.DEMAND, Knowledge.BOTH):
+        cluster = LsfCluster(
+            DISCIPLINES["MIG"](), knowledge, stream([poor, short], 2), units=2, processors_per_unit=8
+        )
+        ends[knowledge] = {j: end for j, _, end, _, _ in cluster.run().jobs}
+    # Demand alone: the poor job's estimate is 0, below the short job's 1,000, so it runs to its end
+    # (30 + 2,500) and the short one waits for it. Both known: the poor job's remaining demand (8,512) is
+    # above 1,000, so it is checkpointed at 1,200 and the short job starts when its units come free:
+    # 1,260 + 30 + 1,000 / 16.
+    assert ends[Knowledge.DEMAND][0] == pytest.approx(2530.0)
+    assert ends[Knowledge.DEMAND][1] == pytest.approx(2530.0 + 30 + 62.5)
+    assert ends[Knowledge.BOTH][1] == pytest.approx(1260.0 + 30 + 62.5)
+
+
 def test_decisions_keep_five_seconds_apart() -> None:
     # B arrives 2 s after A's decision: it is decided at 5 s, dispatched until 35 and ends at 35 + 50.
     _, ends = run(DISCIPLINES["RTC"](), [job(0, 0.0, 100.0, 1), job(1, 2.0, 50.0, 1)])

@@ -97,14 +97,15 @@ def notes(cells: dict[str, dict[str, Json]], runs: Sequence[Json]) -> dict[str, 
     if any("service demand" in c for c in cells.values()):
         out[DEMAND] = (
             "With service demand known but not speedup, the scheduler's estimate of a job's remaining demand "
-            "(demand - acquired processor time) reaches 0 long before a poor-speedup job ends (it acquires "
-            "processor time up to 8x faster than it does work); such jobs then outrank every arrival and "
-            "are never "
-            "preempted. Whenever more than 5 jobs wait, jobs with a zero estimate hold about two thirds of "
-            "the "
-            "machine, 99% of them poor-speedup ones (MALL-AD, seeds 0 and 1, measured while writing this "
-            "report). "
-            "With speedup known too, the estimate is exact and the effect is gone."
+            "(demand - acquired processor time) reaches 0 long before a poor-speedup job ends: the job "
+            "acquires "
+            "processor time 1.7 to 14 times faster than it does work (its efficiency is 59% on 8 "
+            "processors, 7% on "
+            "128). "
+            "Such jobs then outrank every arrival and are never preempted, and when several are running "
+            "they hold "
+            "the machine while the queue grows (tests/test_sim_allocation_lsf.py shows it on two jobs). With "
+            "speedup known too, the estimate is exact."
         )
     return out
 
@@ -358,7 +359,8 @@ def markdown(data: Json) -> str:
     for c in data["claims"]:
         verdict = {True: "yes", False: "**no**", None: "-"}[c["agrees"]]
         lines.append(f"| {c['claim']} | {c['paper']} | {c['model']} | {verdict} | {c['why']} |")
-    lines += ["", *(f"Note {key}. {text}" for key, text in data.get("notes", {}).items())]
+    for key, text in data.get("notes", {}).items():
+        lines += ["", f"Note {key}. {text}"]
     return "\n".join(lines).rstrip() + "\n"
 
 
