@@ -14,6 +14,8 @@ disciplines run on it:
   classes, a substitute speedup model), naik_cluster.py (FP, AP, FPJP), naik_dynamic.py (DP and its
   two-phase reconfigurations); naik_reproduce.py and naik_report.py are ``storm sim reproduce naik``.
 
+reproduce_cli.py is the command line of both; events.py the event queue both machines share.
+
 The sizing and suspension decisions a real machine manager can make (RTC-AD and its SUBSET option, AP's
 sizes, PREEMPT's rules) are storm-mm's own pure functions, mm/moldable.py and mm/preemption.py, called here
 as storm-mm will call them. Migration and malleability (MIG, MALL, DP) need the application to checkpoint

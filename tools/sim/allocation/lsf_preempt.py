@@ -31,6 +31,7 @@ from storm.mm.preemption import (
     Waiting,
     choose_preemptions,
     ran_long_enough,
+    within_process_cap,
 )
 from storm.tools.sim.allocation.lsf_cluster import Job, LsfCluster, Phase
 
@@ -46,10 +47,13 @@ def rank_for(cluster: LsfCluster) -> Rank:
 
 
 def _usable(cluster: LsfCluster, units: list[int]) -> list[int]:
-    """Of ``units``, those that can take one more process, the fewest processes first (then by number), so
-    that a new job avoids the units suspended jobs wait to resume on."""
-    cap = cluster.costs.max_processes
-    return sorted((u for u in units if cluster.processes[u] < cap), key=lambda u: (cluster.processes[u], u))
+    """Of ``units``, those that can take one more process (rule 4), the fewest processes first (then by
+    number), so that a new job avoids the units suspended jobs wait to resume on."""
+    rules, counts = rules_for(cluster), dict(enumerate(cluster.processes))
+    return sorted(
+        (u for u in units if within_process_cap((u,), counts, 1, rules)),
+        key=lambda u: (cluster.processes[u], u),
+    )
 
 
 class Preempt:
