@@ -226,7 +226,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # tools/sim/cli.py's actions, named here so that `storm --help` need not import the simulator.
-SIM_ACTIONS = ("run", "sweep", "generate", "compare", "scenarios", "dynamic", "clusterschedsim", "bluegene")
+SIM_ACTIONS = (
+    "run",
+    "sweep",
+    "generate",
+    "compare",
+    "scenarios",
+    "dynamic",
+    "clusterschedsim",
+    "bluegene",
+    "reproduce",
+)
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -418,7 +428,8 @@ def add_cluster_commands(sub: Any) -> None:
         description="Discrete-event simulation with storm-mm's own core: run, sweep, generate, compare; "
         "with storm-nm's cores over the node model: scenarios (the FCS paper's synthetic ones), dynamic (its "
         "dynamic workload over offered loads), clusterschedsim (ClusterSchedSim's schemes); bluegene (the "
-        "BlueGene/L paper's torus schedulers).",
+        "BlueGene/L paper's torus schedulers); on the processor-allocation simulator: reproduce (the LSF and "
+        "the partitioning papers' results).",
     )
     si.add_argument("action", choices=SIM_ACTIONS)
     si.add_argument("options", nargs=argparse.REMAINDER, help="the action's own options (--help)")

@@ -1,5 +1,5 @@
-"""``storm sim run | sweep | generate | compare | dynamic | scenarios | bluegene``: the simulator's command
-line (``storm sim run --help``).
+"""``storm sim run | sweep | generate | compare | dynamic | scenarios | bluegene | reproduce``: the
+simulator's command line (``storm sim run --help``).
 
 ``point`` is not listed: it is what each job of ``storm sim sweep --submit`` runs."""
 
@@ -433,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_dynamic(sub)
     add_bluegene(sub)
+    from storm.tools.sim.allocation.reproduce_cli import add_parser as add_reproduce
+
+    add_reproduce(sub)
     sub.add_parser(
         "scenarios",
         help="the FCS paper's scenarios under batch, gang, sb and fcs through storm's cores over the node "
