@@ -15,7 +15,7 @@ import pytest
 
 from storm.mm.protocol import FcsParameters
 from storm.tools.sim import cli
-from storm.tools.sim.cosched import dynamic_cli, dynamic_report, dynamic_sweep
+from storm.tools.sim.cosched import dynamic_cli, dynamic_report, dynamic_seeds, dynamic_sweep
 from storm.tools.sim.cosched.cluster import NS, CoschedCluster, SimJob
 from storm.tools.sim.cosched.dynamic import Draws, fit_size, from_lublin, from_trace, program_for
 from storm.tools.sim.cosched.program import Pattern, Program
@@ -417,3 +417,42 @@ def test_points_run_in_worker_processes_as_in_this_one(tmp_path: Path) -> None:
     there = dynamic_sweep.run_sweep(TINY, policies, loads, tmp_path / "there", workers=2)
     for a, b in zip(here, there, strict=True):
         assert a["jobs"] == b["jobs"] and a["summary"] == b["summary"]
+
+
+@pytest.mark.usefixtures("matplotlib_warm")
+def test_seeds_each_get_a_sweep_and_the_claim_is_checked_on_their_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*COMMAND, "--seeds", "1,2", "--policies", "gang,sb,fcs", "--loads", "1.5", "-j", "1"]
+    assert cli.main([*argv, "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["seeds"] == [1, 2] and (tmp_path / "report.md").read_text() == out
+    for seed in (1, 2):
+        # Each seed is a sweep of its own, with its own report, equal to the same sweep run alone.
+        alone = dynamic_cli.setup_from(parse(*COMMAND[1:], "--seed", str(seed)))
+        points = dynamic_sweep.run_sweep(alone, ["gang", "sb", "fcs"], [1.5], tmp_path / f"seed-{seed}")
+        assert (tmp_path / f"seed-{seed}" / "report.md").exists()
+        for point in points:
+            at = data["table"][point["policy"]]["1.5"]
+            assert at["mean_bsld"][str(seed)] == pytest.approx(point["summary"]["mean_bsld"])
+    for policy, loads in data["table"].items():
+        at = loads["1.5"]
+        assert at["mean_bsld_mean"] == pytest.approx(statistics.fmean(at["mean_bsld"].values()))
+    # The claim is read off the means; a hand-made table where FCS is above SB on average fails it.
+    table = {
+        p: {"1": {"mean_bsld": {"0": v0, "1": v1}, "mean_bsld_mean": (v0 + v1) / 2}}
+        for p, (v0, v1) in {"fcs": (1.0, 3.0), "sb": (1.5, 2.0), "gang": (4.0, 4.0)}.items()
+    }
+    checked = {c["claim"].split(" in ")[0]: c for c in dynamic_seeds.claims(table)}
+    assert checked["FCS at or below gang"]["agrees"] is True
+    assert checked["FCS at or below SB"]["agrees"] is False
+    assert checked["FCS at or below SB"]["cells"] == "1 of 2 (seed, load) cells at or below"
+    assert "Issue 15's claim, across the seeds" in out
+
+
+def test_bad_seeds_are_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("1,x", "2,2", ","):
+        assert cli.main(["dynamic", "--dir", str(tmp_path), "--count", "12", "--seeds", bad]) == 2
+        assert "--seeds:" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -49,6 +49,10 @@ def add_parser(sub: Any) -> None:
     work.add_argument("--count", type=int, default=d["count"], help="jobs in the workload (default 1000)")
     work.add_argument("--seed", type=int, default=d["seed"], help="model's and draws' seed (default 0)")
     work.add_argument(
+        "--seeds", metavar="N,N,...",
+        help="one sweep per seed (each in DIR/seed-N), and a report across them in DIR",
+    )  # fmt: skip
+    work.add_argument(
         "--span", type=float, default=d["span"],
         help="simulated seconds the arrivals span at 80%% offered load; sets the runtime scale (default "
         "7200: the paper ran its workload live, in hours)",
@@ -161,14 +165,51 @@ def describe(setup: Any, workload: Any) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
-    from storm.tools.sim.cosched import dynamic_report, dynamic_sweep
+    from storm.tools.sim.cosched import dynamic_seeds
     from storm.tools.sim.report import dump_json
 
     setup = setup_from(args)
     loads = _numbers(args.loads, "--loads")
     policies = [p for p in args.policies.split(",") if p]
     workers = args.jobs or len(os.sched_getaffinity(0))
-    points = dynamic_sweep.run_sweep(setup, policies, loads, args.dir, workers=workers)
+    if args.seeds is None:
+        sys.stdout.write(_sweep(setup, policies, loads, args.dir, workers)[0])
+        return 0
+    seeds = _seeds(args.seeds)
+    by_seed = {}
+    for seed in seeds:
+        by_seed[seed] = _sweep(
+            dataclasses.replace(setup, seed=seed), policies, loads, args.dir / f"seed-{seed}", workers
+        )[1]
+    table = dynamic_seeds.across(by_seed)
+    checked = dynamic_seeds.claims(table)
+    text = dynamic_seeds.markdown(table, checked, seeds)
+    with open(args.dir / "report.json", "w", encoding="utf-8") as stream:
+        dump_json({"seeds": seeds, "setup": setup.key(), "table": table, "claims": checked}, stream)
+    (args.dir / "report.md").write_text(text, encoding="utf-8")
+    sys.stdout.write(text)
+    return 0
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds: comma-separated integers, not {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds: distinct integers, not {text!r}")
+    return seeds
+
+
+def _sweep(
+    setup: Any, policies: list[str], loads: list[float], directory: Path, workers: int
+) -> tuple[str, list[dict[str, Any]]]:
+    """Run (or read back) one setup's points, write its report.json, report.md and report.png into
+    ``directory``; returns the Markdown and the points."""
+    from storm.tools.sim.cosched import dynamic_report, dynamic_sweep
+    from storm.tools.sim.report import dump_json
+
+    points = dynamic_sweep.run_sweep(setup, policies, loads, directory, workers=workers)
     workload = setup.workload()
     data = {
         "setup": setup.key(),
@@ -176,13 +217,12 @@ def command(args: argparse.Namespace) -> int:
         **dynamic_report.report(points, {j.name: j.granularity_ns for j in workload.jobs}),
     }
     text = dynamic_report.markdown(data, describe(setup, workload))
-    args.dir.mkdir(parents=True, exist_ok=True)
-    with open(args.dir / "report.json", "w", encoding="utf-8") as stream:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "report.json", "w", encoding="utf-8") as stream:
         dump_json(data, stream)
-    (args.dir / "report.md").write_text(text, encoding="utf-8")
+    (directory / "report.md").write_text(text, encoding="utf-8")
     if importlib.util.find_spec("matplotlib") is not None:
-        dynamic_report.plot(points, str(args.dir / "report.png"), workload.source)
+        dynamic_report.plot(points, str(directory / "report.png"), workload.source)
     else:
         print("storm sim dynamic: no matplotlib, so no report.png", file=sys.stderr)
-    sys.stdout.write(text)
-    return 0
+    return text, points
