@@ -38,7 +38,11 @@ def _pct(value: float | None) -> str:
 
 
 def saturations(points: list[Json], traces: list[str]) -> dict[str, dict[str, Json]]:
-    return {trace: {label: saturation(curve(points, trace, label)) for label in LABELS} for trace in traces}
+    """Per trace, the saturation of each scheduler that was run on it (--schedulers may leave some out)."""
+    return {
+        trace: {label: saturation(line) for label in LABELS if (line := curve(points, trace, label))}
+        for trace in traces
+    }
 
 
 def _at(points: list[Json], trace: str, label: str, c: float) -> Json | None:
@@ -60,7 +64,7 @@ def claims(points: list[Json], traces: list[str]) -> list[Json]:
         ("plateau", "highest utilization reached"),
         ("onset", "utilization at mean BSLD > 100"),
     ):
-        if nasa is None or any(sat[nasa][label][rule] is None for label in order):
+        if nasa is None or any(sat[nasa].get(label, {}).get(rule) is None for label in order):
             continue
         s = {label: sat[nasa][label][rule] for label in order}
         pairs = list(itertools.pairwise(order))
@@ -92,14 +96,18 @@ def claims(points: list[Json], traces: list[str]) -> list[Json]:
                     wins > len(pairs) / 2,
                     f"less at {wins} of {len(pairs)}",
                 )
-    if nasa is not None and other is not None:
+    if (
+        nasa is not None
+        and other is not None
+        and all(label in sat[t] for t in (nasa, other) for label in ("FCFS", "Migration"))
+    ):
         gains = {t: sat[t]["Migration"]["plateau"] - sat[t]["FCFS"]["plateau"] for t in (nasa, other)}
         claim(
             f"migration matters more on {other} than on {nasa} (saturation gain over FCFS)",
             gains[other] > gains[nasa],
             f"{other} {100 * gains[other]:+.1f} points, {nasa} {100 * gains[nasa]:+.1f} points",
         )
-    if other is not None:
+    if other is not None and "flat FCFS" in sat[other] and "FCFS" in sat[other]:
         flat, torus = sat[other]["flat FCFS"]["plateau"], sat[other]["FCFS"]["plateau"]
         claim(
             f"{other}: the flat machine saturates well above the torus under FCFS (5 points or more)",
@@ -143,8 +151,7 @@ def _table_saturation(points: list[Json], traces: list[str]) -> list[str]:
     ]
     for trace in traces:
         log = paper_log(trace)
-        for label in LABELS:
-            s = sat[trace][label]
+        for label, s in sat[trace].items():
             paper = PAPER[log].get(label, "-")
             paper = paper if paper == "-" or log == "NASA" else f"{paper} (SDSC)"
             flat = "yes" if s["flat"] else "no: a lower bound"
