@@ -47,7 +47,7 @@ class Reports:
         if after <= 0 or not reports:
             return ""
         ranks = [(when, r) for when, ranks, _ in reports.values() for r in ranks]
-        if len(ranks) < job.spec.ranks or not all(r.call for _, r in ranks):
+        if len(ranks) < job.ranks or not all(r.call for _, r in ranks):
             return ""
         stuck = min(r.call_time + (now - when) for when, r in ranks)
         if stuck < after:
