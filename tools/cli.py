@@ -54,6 +54,23 @@ def parse_time_limit(text: str) -> float:
     return float(seconds)
 
 
+def parse_ranks(text: str) -> tuple[int, int]:
+    """``-n``: a number of ranks (``4``), or Slurm's range form (``4-16``) for a moldable job whose size
+    storm-mm picks when it starts it. Returns (least, most); most is 0 for a fixed size (as is ``4-4``)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if not match:
+        raise UsageError(f"-n {text}: give a number of ranks (4) or a range MIN-MAX (4-16)")
+    low = int(match[1])
+    high = int(match[2]) if match[2] is not None else low
+    if low < 1:
+        raise UsageError(f"-n {text}: a job needs at least 1 rank")
+    if high < low:
+        raise UsageError(f"-n {text}: the minimum ({low}) is larger than the maximum ({high})")
+    if high >= 2**31:
+        raise UsageError(f"-n {text}: too many ranks")
+    return low, (high if high > low else 0)
+
+
 # ---------------------------------------------------------------------------------------------- commands
 
 
@@ -100,20 +117,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("a command is required: storm submit -n RANKS -- COMMAND [ARGS...]")
-    if args.ranks < 1:
-        raise UsageError(f"-n must be at least 1, not {args.ranks}")
+    ranks, max_ranks = parse_ranks(args.ranks)
     cwd = os.getcwd()
     env = dict(os.environ)
     check_command(argv, env, cwd)
     time_limit = parse_time_limit(args.time) if args.time else None
     name = args.name or os.path.basename(argv[0])
     user = pwd.getpwuid(os.getuid()).pw_name
-    output = prepare_outputs(args.output or "storm-%j.out", args.ranks, cwd, user, name)
-    error = prepare_outputs(args.error, args.ranks, cwd, user, name) if args.error else ""
+    # Per-rank file names known now are truncated for the ranks the job will have at least.
+    output = prepare_outputs(args.output or "storm-%j.out", ranks, cwd, user, name)
+    error = prepare_outputs(args.error, ranks, cwd, user, name) if args.error else ""
+    extra: dict[str, object] = {"max_ranks": max_ranks} if max_ranks else {}
+    if args.qos:
+        extra["qos"] = args.qos
     with Client(args.mm) as client:
         job_id = client.submit(
-            argv, args.ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
-            requeue=args.requeue, hook=args.hook, **run_as(args.uid, args.gid),
+            argv, ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
+            requeue=args.requeue, hook=args.hook, **extra, **run_as(args.uid, args.gid),
         )  # fmt: skip
         print(job_id, flush=True)
         if not args.wait:
@@ -306,9 +326,26 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
 # ---------------------------------------------------------------------------------------------- parser
 
 
+SUBMIT_EPILOG = (
+    "A range (-n 4-16) makes the job moldable: storm-mm picks its size when it starts it, fewer ranks when "
+    "the queue is long, more when it is empty ([mm] moldable: rtc-ad or subset), and the ranks see it in "
+    "STORM_SIZE, PMI_SIZE and MPI_Comm_size. A running job never changes size and never moves: migration "
+    "and malleability need the application's cooperation (checkpoint, reconfiguration), which storm does "
+    "not have; only the simulator models them (storm sim reproduce lsf). --qos picks a quality of service "
+    "([mm] qos, qos_users): a higher priority goes first in the queue and, with [mm] preemption = "
+    "'suspend', may suspend running jobs of a lower one (they continue when it ends)."
+)
+
+
 def add_job_commands(sub: Any) -> None:
-    s = sub.add_parser("submit", help="submit a job", description="Submit a job; prints its id.")
-    s.add_argument("-n", "--ranks", type=int, required=True, help="number of MPI ranks (processes)")
+    s = sub.add_parser(
+        "submit", help="submit a job", description="Submit a job; prints its id.", epilog=SUBMIT_EPILOG
+    )
+    s.add_argument(
+        "-n", "--ranks", required=True, metavar="N|MIN-MAX",
+        help="number of MPI ranks (processes), or a range for a moldable job (storm-mm picks the size)",
+    )  # fmt: skip
+    s.add_argument("--qos", "-q", help="quality of service ([mm] qos; default normal)")
     s.add_argument("--name", "-J", help="job name (default: the command's name)")
     s.add_argument("--time", "-t", help="time limit: minutes, M:S, H:M:S, D-H:M:S, or 30s/5m/2h/1d")
     s.add_argument(
