@@ -302,7 +302,7 @@ class RunTable:
         for job_id, row in state.resume_free(now, usable, deferring=True):
             self._resumed(job_id, row, now, out)
         waits: dict[int, str] = {}
-        if self.rules is not None and self.pending:
+        if self.rules is not None and (self.pending or state.suspended):
             found, outlook = state.preempt(now, self.rules, usable, exempt=self._exempt(), held=held)
             for suspension in found:
                 for victim in suspension.victims:
