@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 from pathlib import Path
 
 import pytest
 
+from storm.mm import protocol as p
 from storm.mm.slurm_style import format_duration
 from storm.tools import cli
 from storm.tools.cli import (
@@ -17,7 +19,7 @@ from storm.tools.cli import (
     parse_time_limit,
     prepare_outputs,
 )
-from storm.tools.views import table
+from storm.tools.views import ranks_text, state_text, table
 
 
 @pytest.mark.parametrize(
@@ -304,3 +306,16 @@ def test_a_local_torus_writes_each_nodes_place(tmp_path: Path) -> None:
     assert config.mm.coordinates["node5"] == [1, 0, 1]
     layout = config.mm.torus_layout()
     assert layout is not None and layout.names[5] == "node5"
+
+
+def test_queue_and_show_give_a_moldable_jobs_range_then_its_size_and_say_suspended() -> None:
+    job = p.JobInfo(
+        id=3, name="m", user="alice", uid=1000, state="PENDING", ranks=2, nodes=(), submit_time=1.0,
+        start_time=None, end_time=None, exit_code=None, reason="", time_limit=None, argv=("x",), cwd="/",
+        output="", error="", min_ranks=2, max_ranks=16,
+    )  # fmt: skip
+    assert (ranks_text(job), state_text(job)) == ("2-16", "PENDING")
+    placed = dataclasses.replace(job, state="RUNNING", ranks=8, start_time=2.0)
+    assert (ranks_text(placed), state_text(placed)) == ("8 (2-16)", "RUNNING")
+    assert state_text(dataclasses.replace(placed, suspended_by=4)) == "SUSPENDED"
+    assert ranks_text(dataclasses.replace(job, min_ranks=0, max_ranks=0, ranks=4)) == "4"
