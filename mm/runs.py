@@ -343,8 +343,7 @@ class RunTable:
         job = self.active[job_id]
         stopped = job.suspended_time
         if self.cycle is not None and job.row is not None:
-            stopped = self.cycle.suspended_time(job_id, job.row, now)
-            self.cycle.forget(job_id)
+            stopped = self.cycle.pause(job_id, job.row, now)
         preemptor = self.pending.get(by) or self.active.get(by)
         qos = (
             f" (QOS {preemptor.spec.qos or 'normal'}, priority {preemptor.spec.priority})"

@@ -317,6 +317,8 @@ def test_under_gang_scheduling_a_suspended_job_leaves_its_row_and_heartbeats_ski
     assert {j: ctl.runs.matrix.placement_of(j).row for j in (first, second)} == {first: 0, second: 1}  # type: ignore[union-attr]
     for i in range(61):
         ctl.beat(T0 + i)
+    assert ctl.runs.cycle is not None
+    slots = dict(ctl.runs.cycle.slots)
     high = submit(ctl, 2, T0 + 61, qos="high")
     victim = stored(ctl.store, first if stored(ctl.store, first).suspended_by == high else second)
     assert victim.suspended_by == high and victim.row is None
@@ -331,7 +333,8 @@ def test_under_gang_scheduling_a_suspended_job_leaves_its_row_and_heartbeats_ski
     # The other job moved down into row 0 as high's row emptied (compaction): the victim resumes in row 1.
     assert [(j, r) for _, j, r in resumes(take(ctl))] == [(victim.id, 1)]
     assert {ctl.runs.matrix.placement_of(j).row for j in (first, second)} == {0, 1}  # type: ignore[union-attr]
-    assert ctl.runs.cycle is not None and ctl.runs.cycle.suspended[victim.id] == gang_stopped + 20
+    assert ctl.runs.cycle.suspended[victim.id] == gang_stopped + 20
+    assert ctl.runs.cycle.slots[victim.id] == slots[victim.id]  # FCS's count goes on where it stopped
 
 
 def test_a_suspended_job_whose_pes_free_up_waits_for_a_queued_job_that_outranks_it() -> None:
@@ -349,3 +352,19 @@ def test_a_suspended_job_whose_pes_free_up_waits_for_a_queued_job_that_outranks_
     launched(ctl, second, "n1", now=T0 + 70)
     finish(ctl, second, T0 + 80)
     assert resumes(take(ctl)) == [("n1", low, 0)]
+
+
+def test_the_hang_watchdog_says_nothing_of_a_suspended_job() -> None:
+    ctl = cluster(MemoryStore(), hang_warning=30.0)
+    low = run(ctl, 2, T0)
+    ranks = tuple(
+        p.RankStats(
+            rank=r, node="n1", pid=100 + r, state="active", t_cpu=1.0, t_comm=50.0, c_comm=10,
+            granularity=0.1, calls=10, wait_mode="poll", job_id=low, call="MPI_Recv", call_time=50.0,
+        )
+        for r in (0, 1)
+    )  # fmt: skip
+    ctl.job_stats(p.JobStats(job_id=low, node="n1", ranks=ranks), T0 + 61)
+    assert info(ctl, low, T0 + 61).warning.startswith("possibly deadlocked")
+    submit(ctl, 2, T0 + 61, qos="high")
+    assert stored(ctl.store, low).suspended_by is not None and info(ctl, low, T0 + 62).warning == ""
