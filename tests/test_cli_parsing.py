@@ -319,3 +319,19 @@ def test_queue_and_show_give_a_moldable_jobs_range_then_its_size_and_say_suspend
     assert (ranks_text(placed), state_text(placed)) == ("8 (2-16)", "RUNNING")
     assert state_text(dataclasses.replace(placed, suspended_by=4)) == "SUSPENDED"
     assert ranks_text(dataclasses.replace(job, min_ranks=0, max_ranks=0, ranks=4)) == "4"
+
+
+def test_local_up_takes_mm_settings_in_toml_and_checks_them_first() -> None:
+    pairs = ["preemption=suspend", "qos={normal=0,high=10}", "preempt_min_run=5", "backfill=none"]
+    assert cli.mm_settings(pairs) == {
+        "preemption": "suspend", "qos": {"normal": 0, "high": 10}, "preempt_min_run": 5, "backfill": "none",
+    }  # fmt: skip
+    assert cli.mm_settings(["mpl=3"], "gang") == {"mpl": 3}
+    for pair, error in (
+        ("preemption=maybe", "--set: mm.preemption: 'maybe' is not one of off, suspend"),
+        ("mpl=3", "--set: cluster.policy batch runs one job per PE: mm.mpl must be 1"),
+        ("nokey", "--set nokey: give KEY=VALUE, an [mm] setting"),
+        ("frob=1", "--set: mm: unknown setting(s) frob"),
+    ):
+        with pytest.raises(cli.UsageError, match="^" + re.escape(error)):
+            cli.mm_settings([pair])

@@ -284,6 +284,31 @@ def local_topology(args: argparse.Namespace) -> tuple[int, tuple[int, int, int] 
     return nodes, dims
 
 
+def mm_settings(
+    pairs: list[str], policy: str = "batch", base: dict[str, object] | None = None
+) -> dict[str, object]:
+    """``storm local up --set KEY=VALUE``: [mm] settings, each VALUE in TOML (a bare word is a string),
+    checked as storm-mm will check them."""
+    import tomllib
+
+    from storm.mm.config import ConfigError, load
+
+    settings: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {pair}: give KEY=VALUE, an [mm] setting (storm-mm --help lists them)")
+        try:
+            settings[key.strip()] = tomllib.loads(f"value = {text}")["value"]
+        except tomllib.TOMLDecodeError:
+            settings[key.strip()] = text
+    try:
+        load(None, {"cluster": {"policy": policy}, "mm": {**(base or {}), **settings}})
+    except ConfigError as exc:
+        raise UsageError(f"--set: {exc}") from None
+    return settings
+
+
 def local_up(args: argparse.Namespace, directory: Path) -> int:
     from storm.tools.local_cluster import LocalCluster
 
@@ -296,6 +321,7 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     if mpl < 1 or args.slice_ms <= 0:
         raise UsageError("--mpl must be at least 1 and --slice-ms positive")
     settings: dict[str, object] = {"mpl": mpl, "slice": args.slice_ms / 1000}
+    settings.update(mm_settings(args.set or [], policy, settings))
     if dims is not None and mpl != 1:
         raise UsageError("a torus runs one job per node: --mpl must be 1")
     cluster = LocalCluster(
@@ -421,6 +447,10 @@ def add_cluster_commands(sub: Any) -> None:
     lo.add_argument("--policy", choices=p.POLICIES, default=p.Policy.BATCH, help="scheduling (default batch)")
     lo.add_argument("--mpl", type=int, help="rows of the matrix: jobs sharing a PE (default 2 but in batch)")
     lo.add_argument("--slice-ms", type=float, default=100.0, help="time slice in ms (gang, fcs; default 100)")
+    lo.add_argument(
+        "--set", action="append", metavar="KEY=VALUE",
+        help="an [mm] setting in TOML, e.g. preemption=suspend or 'qos={normal=0,high=10}' (repeatable)",
+    )  # fmt: skip
     lo.set_defaults(func=cmd_local)
     k = sub.add_parser(
         "keygen",
