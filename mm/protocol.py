@@ -10,10 +10,13 @@ Links and who speaks on them:
   Requests carry ``req``, which the reply echoes. Any request may be answered with ``error``.
 - storm-nm <-> storm-mm: DEALER -> ROUTER over TCP. A node's final report on a job (``job_node_done``) is
   re-sent until the MM acknowledges it, and a lost ``job_launched`` is made up for by the next
-  ``node_status``, so every handler is idempotent.
+  ``node_status``, so every handler is idempotent. Preemption: ``suspend_job`` and ``resume_job`` stop and
+  continue a job's ranks; ``node_registered`` names the node's suspended jobs and ``node_status`` the ones it
+  holds stopped, so the MM says again what a node missed.
 - storm-mm -> every storm-nm: ``heartbeat`` on a PUB socket (TCP), one single-frame message per time slice
   under gang scheduling and FCS, naming the row of the Ousterhout matrix that runs now. NMs act only on a
-  newer ``seq`` of the same ``epoch`` and fall back to running everything when heartbeats stop.
+  newer ``seq`` of the same ``epoch`` and fall back to running everything (but suspended jobs) when
+  heartbeats stop.
 - job shell <-> storm-nm: DEALER -> ROUTER on an ``ipc://`` endpoint in the NM's run directory. The shell is
   the per-job, per-node process that spawns the ranks and serves their PMI wire-up (see nm/shell.py).
 
