@@ -178,11 +178,11 @@ class ScheduleState:
         O(s x mpl x PEs of a job) for s suspended jobs."""
         if not self.suspended:
             return []
-        top = max((self.priorities.get(j, 0) for j in self.queued), default=0) if deferring else 0
+        top = max((self.priorities.get(j, 0) for j in self.queued), default=None) if deferring else None
         order = sorted(self.suspended.values(), key=lambda s: (-s.priority, s.at, s.job_id))
         resumed = []
         for job in order:
-            if deferring and top > job.priority:
+            if top is not None and top > job.priority:
                 continue
             row = free_row(self.matrix, job.pes, usable)
             if row is not None:
@@ -202,14 +202,13 @@ class ScheduleState:
         """Suspend what queued and suspended jobs of a higher priority may suspend now (mm/suspension.py),
         and place them: a queued job leaves the queue, running from ``now`` on its PEs, a suspended one
         resumes. ``exempt``: placed jobs not to suspend (starting, ending); ``held``: queued jobs that may
-        not start. Returns what was done, and when the others could. Not on a torus. O(q + r) when no
-        queued or suspended job outranks a running one; else mm/suspension.py's cost."""
-        if self.torus is not None or not self.running:
-            return [], {}
+        not start. Returns what was done, and when the others could. Not on a torus. O(1) when every job
+        has priority 0, O(q + r) when no queued or suspended job outranks a running one; else add
+        mm/suspension.py's cost."""
         priorities = self.priorities
-        lowest = min(priorities.get(j, 0) for j in self.running)
-        if not any(p > lowest for p in priorities.values()):
+        if self.torus is not None or not self.running or not priorities:  # no priorities: all are equal
             return [], {}
+        lowest = min(priorities.get(j, 0) for j in self.running)
         pending = [
             Candidate(job_id, self.ranges.get(job_id, (job.ranks, 0))[0], priorities.get(job_id, 0))
             for job_id, job in self.queued.items()

@@ -368,3 +368,13 @@ def test_the_hang_watchdog_says_nothing_of_a_suspended_job() -> None:
     assert info(ctl, low, T0 + 61).warning.startswith("possibly deadlocked")
     submit(ctl, 2, T0 + 61, qos="high")
     assert stored(ctl.store, low).suspended_by is not None and info(ctl, low, T0 + 62).warning == ""
+
+
+def test_a_job_of_a_negative_priority_resumes_when_nothing_waits() -> None:
+    ctl = cluster(MemoryStore(), qos={"normal": 0, "scavenger": -10})
+    low = run(ctl, 2, T0, qos="scavenger")
+    normal = submit(ctl, 2, T0 + 61)
+    assert stored(ctl.store, low).suspended_by == normal
+    launched(ctl, normal, "n1", now=T0 + 61)
+    finish(ctl, normal, T0 + 70)
+    assert resumes(take(ctl)) == [("n1", low, 0)]
