@@ -218,7 +218,7 @@ class RunTable:
 
     def suspended(self, job: Job, now: float) -> float:
         """Seconds the job's ranks have been stopped by gang scheduling or preemption, up to now."""
-        if job.suspended_at is not None:  # preempted: the cycle forgot it when it left the matrix
+        if job.suspended_at is not None:  # preempted: out of the matrix, the cycle no longer counts it
             return job.suspended_time + max(0.0, now - job.suspended_at)
         if self.cycle is None or job.row is None:
             return job.suspended_time

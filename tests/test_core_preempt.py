@@ -273,7 +273,7 @@ def test_a_cancelled_suspended_job_ends_with_its_suspension_counted() -> None:
     assert ctl.cancel((low,), 1000, "alice", T0 + 80) == {str(low): "cancelling"}
     assert kills(take(ctl)) == {("n1", low)}
     ctl.tick(T0 + 85)
-    assert resumes(take(ctl)) == []  # a job being killed is not resumed
+    assert resumes(take(ctl)) == []  # its PEs still run the job that suspended it: its ranks die there
     done(ctl, low, "n1", T0 + 90, p.RankExit(rank=0, signal=15), p.RankExit(rank=1, signal=15))
     ended = stored(ctl.store, low)
     assert (ended.state, ended.suspended_time, ended.suspended_by) == (S.CANCELLED, 29.0, None)
