@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storm.mm.preemption import PreemptionRules
 from storm.mm.protocol import (
     MAX_NODE_MESSAGE,
     POLICIES,
@@ -28,11 +29,15 @@ from storm.mm.protocol import (
     default_f_thresh,
 )
 from storm.mm.scheduler import BACKFILL_MODES
+from storm.mm.sizing import MOLDABLE_RULES
 from storm.mm.torus import parse_topology
 from storm.mm.torus_scheduler import TORUS_BACKFILL
 from storm.mm.torus_state import TorusLayout, torus_of
 
 DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
+PREEMPTION_MODES = ("off", "suspend")
+# Every job's QOS unless storm submit --qos names another: priority 0 unless [mm] qos says otherwise.
+DEFAULT_QOS = "normal"
 
 
 class ConfigError(ValueError):
@@ -93,6 +98,36 @@ class MMConfig:
     # box on a 3-D torus, mm/torus_scheduler.py), with each node's place in `coordinates`: name -> [x, y, z].
     topology: str = "flat"
     coordinates: dict[str, list[int]] = field(default_factory=dict)
+    # Moldable jobs (storm submit -n MIN-MAX) get their size when they start, by Parsons and Sevcik's adaptive
+    # rule (mm/sizing.py): "rtc-ad" (first fit at the minima, the PEs left shared out equally) or "subset"
+    # (RTC-ADSUBSET: as the system fills, fewer first-fit jobs and a subset sum that packs the free PEs best).
+    moldable: str = "rtc-ad"
+    # Qualities of service: name -> priority (storm submit --qos NAME). A higher priority goes first in the
+    # queue and, with preemption on, may suspend running jobs of a lower one. "normal" (0) is the default.
+    qos: dict[str, int] = field(default_factory=dict)
+    # Who may submit with a QOS: name -> users (names or uids). A QOS not listed is open to everyone; root and
+    # operators may use any.
+    qos_users: dict[str, list[str]] = field(default_factory=dict)
+    # "suspend" (Slurm's PreemptMode=SUSPEND): a job that cannot start may suspend running jobs of a lower
+    # QOS priority that have run preempt_min_run seconds since they started or resumed (their ranks stop, and
+    # continue on the same PEs when it ends, the suspension not counted against their limit); "off": never.
+    preemption: str = "off"
+    preempt_min_run: float = 60.0
+    # At most this many jobs' processes on any PE, running or suspended (suspended jobs keep their memory).
+    preempt_max_jobs: int = 5
+
+    def qos_priority(self, name: str) -> int | None:
+        """The priority of a QOS ("" is the default one), None for a QOS the configuration does not have."""
+        name = name or DEFAULT_QOS
+        if name in self.qos:
+            return self.qos[name]
+        return 0 if name == DEFAULT_QOS else None
+
+    def preemption_rules(self) -> PreemptionRules | None:
+        """PREEMPT's rules for mm/preemption.py, or None when preemption is off."""
+        if self.preemption != "suspend":
+            return None
+        return PreemptionRules(min_run_s=self.preempt_min_run, max_processes=self.preempt_max_jobs)
 
     def torus_layout(self) -> TorusLayout | None:
         """The torus and its nodes, or None for a flat network (a loaded config has been checked)."""
@@ -284,6 +319,7 @@ def _validate(config: StormConfig) -> None:
         if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"{where}: {level!r} is not one of debug, info, warning, error")
     _validate_topology(config.mm)
+    _validate_jobs(config.mm)
     if config.nm.pes < 0 or config.nm.kill_grace < 0:
         raise ConfigError("nm.pes and nm.kill_grace must not be negative")
     if not 0 <= config.nm.spawn_limit <= 4096:
@@ -317,6 +353,27 @@ def _validate_topology(mm: MMConfig) -> None:
         raise ConfigError(
             f"mm.backfill: {mm.backfill!r} is not for a torus: 'none' (FCFS) or 'easy' (backfilling), the "
             "BlueGene/L paper's two without migration"
+        )
+
+
+def _validate_jobs(mm: MMConfig) -> None:
+    """Moldable sizing, qualities of service and preemption."""
+    if mm.moldable not in MOLDABLE_RULES:
+        raise ConfigError(f"mm.moldable: {mm.moldable!r} is not one of {', '.join(MOLDABLE_RULES)}")
+    for name in mm.qos:
+        if not (1 <= len(name) <= 64 and name.replace("-", "").replace("_", "").isalnum()):
+            raise ConfigError(f"mm.qos: {name!r} is not a QOS name (letters, digits, - and _)")
+    unknown = sorted(name for name in mm.qos_users if mm.qos_priority(name) is None)
+    if unknown:
+        raise ConfigError(f"mm.qos_users: no QOS {', '.join(unknown)} in mm.qos")
+    if mm.preemption not in PREEMPTION_MODES:
+        raise ConfigError(f"mm.preemption: {mm.preemption!r} is not one of {', '.join(PREEMPTION_MODES)}")
+    if not 0 <= mm.preempt_min_run < float("inf") or mm.preempt_max_jobs < 1:
+        raise ConfigError("mm.preempt_min_run must be >= 0 seconds and mm.preempt_max_jobs >= 1")
+    if mm.preemption == "suspend" and parse_topology(mm.topology) is not None:
+        raise ConfigError(
+            "mm.preemption: not on a torus (mm.topology): a preempting job would need a box of the suspended "
+            "jobs' nodes, which storm does not choose; use preemption = 'off'"
         )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,21 +29,14 @@ from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
 from storm.mm.listing import job_infos, matrix_view, node_infos
 from storm.mm.nodes import DOWN, NodeRegistry
-from storm.mm.rights import Credentials, may_manage, run_as_problem
+from storm.mm.rights import Credentials, may_manage
 from storm.mm.runs import RunTable, spawn_counts
 from storm.mm.slurm_style import format_duration
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
+from storm.mm.submission import Rejected, check_fits, job_spec
 
 log = logging.getLogger("storm.mm")
-
-
-class Rejected(ValueError):
-    """A request that cannot be accepted; ``code`` is the stable word sent to the client."""
-
-    def __init__(self, code: str, text: str) -> None:
-        super().__init__(text)
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -226,47 +218,11 @@ class Controller:
         raise Rejected("bad_request", f"{msg.op} is not a client request")
 
     def job_spec(self, msg: p.SubmitJob, caller: Credentials) -> JobSpec:
-        """What a submission asks for, run as its caller, with storm's defaults filled in."""
-        problem = run_as_problem(msg, uid=caller.uid, gid=caller.gid, user=caller.user)
-        if problem is not None:
-            raise Rejected("permission_denied", problem)
-        time_limit = msg.time_limit
-        if time_limit is None and self.config.default_time_limit > 0:
-            time_limit = self.config.default_time_limit
-        return JobSpec(
-            name=msg.name or posixpath.basename(msg.argv[0]),
-            uid=caller.uid,
-            gid=caller.gid,
-            user=caller.user,
-            ranks=msg.ranks,
-            argv=msg.argv,
-            cwd=msg.cwd,
-            env=msg.env,
-            time_limit=time_limit,
-            output=msg.output or posixpath.join(msg.cwd, "storm-%j.out"),
-            error=msg.error,
-            requeue=msg.requeue,
-            hook=msg.hook,
-        )
+        """What a submission asks for, run as its caller, with the defaults filled in (mm/submission.py)."""
+        return job_spec(msg, caller, self.config)
 
     def _submit(self, spec: JobSpec, now: float, out: list[Effect]) -> Job:
-        total = self.runs.matrix.total_pes()
-        if total == 0:
-            raise Rejected("no_nodes", "the cluster has no nodes: start a node manager first")
-        if spec.ranks > total:
-            raise Rejected(
-                "too_many_ranks", f"{spec.ranks} ranks requested, but the cluster has only {total} PEs"
-            )
-        torus = self.runs.torus
-        if torus is not None:
-            per_node = torus.pes_per_node(self.runs.matrix)
-            nodes = torus.torus.nodes
-            if per_node and -(-spec.ranks // per_node) > nodes:
-                raise Rejected(
-                    "too_many_ranks",
-                    f"{spec.ranks} ranks at {per_node} per node need {-(-spec.ranks // per_node)} nodes, but "
-                    f"the torus has {nodes}",
-                )
+        check_fits(spec, self.runs.matrix, self.runs.torus)
         job = self.store.add_job(spec, now)
         self.runs.enqueue(job)
         self.runs.want_pass()
@@ -377,7 +333,8 @@ class Controller:
             self._stop_if_over(msg.node, job_id, out)
         log.info("node %s registered with %d PEs (%s)", msg.node, msg.pes, msg.address or "no address")
         runs.want_pass()
-        rows = {str(j.id): j.row or 0 for j in runs.active.values() if msg.node in j.nodes}
+        mine = [j for j in runs.active.values() if msg.node in j.nodes]
+        rows = {str(j.id): j.row or 0 for j in mine}
         return p.NodeRegistered(
             node=msg.node,
             mm_epoch=self.mm_epoch,
@@ -388,6 +345,7 @@ class Controller:
             slice=self.config.slice,
             rows=rows,
             fcs=self.fcs,
+            suspended=tuple(sorted(j.id for j in mine if j.suspended_by is not None)),
         )
 
     def _node_status(self, msg: p.NodeStatus, now: float, out: list[Effect]) -> p.Reregister | None:
@@ -406,7 +364,7 @@ class Controller:
         was_draining = bool(node.stale)
         node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
         echoes_over = self.runs.echoes.heard(msg.node, msg.jobs)
-        launched = set(msg.launched)
+        launched, held = set(msg.launched), set(msg.suspended)
         for job_id in msg.jobs:
             job = self.runs.active.get(job_id)
             if job is not None and job.state is JobState.STARTING and msg.node in job.nodes:
@@ -414,6 +372,16 @@ class Controller:
                     self.runs.launched(job, msg.node, now)  # the launch report may have been lost
             elif self._stop_if_over(msg.node, job_id, out):
                 out.append(Send(msg.node, p.KillJob(job_id=job_id, reason="the job has ended")))
+            elif (
+                job is not None and job.ending is None and (job.suspended_by is not None) != (job_id in held)
+            ):
+                # A suspend_job or resume_job the node missed (or its NM restarted): said again.
+                again: p.Message = (
+                    p.ResumeJob(job_id=job_id, row=job.row or 0)
+                    if job.suspended_by is None
+                    else p.SuspendJob(job_id=job_id, by=job.suspended_by)
+                )
+                out.append(Send(msg.node, again))
         if (was_draining and not node.stale) or echoes_over:
             self.runs.want_pass()
         return None

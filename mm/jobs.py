@@ -55,6 +55,17 @@ class JobSpec:
     requeue: bool = False
     # Preload mpihook into the ranks (storm submit --no-hook: not).
     hook: bool = True
+    # A moldable job (storm submit -n MIN-MAX): ``ranks`` is its least size and this its most; 0: exactly
+    # ``ranks``. The size it runs at is chosen when it starts (mm/sizing.py) and is its placement's.
+    max_ranks: int = 0
+    # Its quality of service ("": normal) and that QOS's priority at submission ([mm] qos): higher goes first
+    # in the queue and may suspend running jobs of a lower one ([mm] preemption).
+    qos: str = ""
+    priority: int = 0
+
+    @property
+    def moldable(self) -> bool:
+        return self.max_ranks > self.ranks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +90,12 @@ class Job:
     requeues: int = 0
     # On a torus: the box of nodes its current (or last) run holds; None on a flat network.
     box: Box | None = None
+    # Preemption (mm/suspension.py): while the job's ranks are stopped for a job of a higher priority, that
+    # job's id and since when (its state stays RUNNING: its ranks exist, on PEs it has lent); None otherwise.
+    # ``resumed_at``: when it last resumed, from which its minimum run time counts again.
+    suspended_by: int | None = None
+    suspended_at: float | None = None
+    resumed_at: float | None = None
 
     @cached_property
     def nodes(self) -> tuple[str, ...]:
@@ -86,14 +103,20 @@ class Job:
         and a wide job's placement is long (a frozen record's placement never changes under it)."""
         return tuple(dict.fromkeys([node for node, _pe in self.placement]))
 
+    @property
+    def ranks(self) -> int:
+        """The size it runs (or ran) at: its placement's, once placed (a moldable job's is chosen then)."""
+        return len(self.placement) or self.spec.ranks
+
     def info(self) -> JobInfo:
+        spec = self.spec
         return JobInfo(
             id=self.id,
             name=self.spec.name,
             user=self.spec.user,
             uid=self.spec.uid,
             state=self.state.value,
-            ranks=self.spec.ranks,
+            ranks=self.ranks,
             nodes=self.nodes,
             submit_time=self.submit_time,
             start_time=self.start_time,
@@ -111,6 +134,11 @@ class Job:
             requeues=self.requeues,
             hook=self.spec.hook,
             box=None if self.box is None else BoxInfo(base=self.box.base, shape=self.box.shape),
+            min_ranks=spec.ranks if spec.moldable else 0,
+            max_ranks=spec.max_ranks if spec.moldable else 0,
+            qos=spec.qos or "normal",
+            priority=spec.priority,
+            suspended_by=self.suspended_by,
         )
 
     def _path(self, pattern: str) -> str:
@@ -156,6 +184,7 @@ def requeue(job: Job, reason: str) -> Job:
     return dataclasses.replace(
         job, state=JobState.PENDING, start_time=None, end_time=None, exit_code=None, reason=reason,
         placement=(), row=None, ending=None, suspended_time=0.0, requeues=job.requeues + 1, box=None,
+        suspended_by=None, suspended_at=None, resumed_at=None,
     )  # fmt: skip
 
 

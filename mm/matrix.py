@@ -256,12 +256,17 @@ class Matrix:
         for job_id, placement in sorted(self._jobs.items(), key=lambda item: (item[1].row, item[0])):
             current = self._jobs[job_id].row
             for row in range(current):
-                cells = self._rows[row]
-                if all(index not in cells.get(node, {}) for node, index in placement.pes):
+                if self.all_free(row, placement.pes):
                     self.move(job_id, row)
                     moved[job_id] = row
                     break
         return moved
+
+    def all_free(self, row: int, pes: Iterable[PE]) -> bool:
+        """Whether every one of ``pes`` exists and is free in ``row``. O(len(pes))."""
+        cells = self._rows[self._check_row(row)]
+        nodes = self._nodes
+        return all(index < nodes.get(node, 0) and index not in cells.get(node, {}) for node, index in pes)
 
     def occupied_rows(self) -> list[int]:
         """The rows holding at least one job, in index order: the time slots a gang cycle visits."""

@@ -10,10 +10,13 @@ Links and who speaks on them:
   Requests carry ``req``, which the reply echoes. Any request may be answered with ``error``.
 - storm-nm <-> storm-mm: DEALER -> ROUTER over TCP. A node's final report on a job (``job_node_done``) is
   re-sent until the MM acknowledges it, and a lost ``job_launched`` is made up for by the next
-  ``node_status``, so every handler is idempotent.
+  ``node_status``, so every handler is idempotent. Preemption: ``suspend_job`` and ``resume_job`` stop and
+  continue a job's ranks; ``node_registered`` names the node's suspended jobs and ``node_status`` the ones it
+  holds stopped, so the MM says again what a node missed.
 - storm-mm -> every storm-nm: ``heartbeat`` on a PUB socket (TCP), one single-frame message per time slice
   under gang scheduling and FCS, naming the row of the Ousterhout matrix that runs now. NMs act only on a
-  newer ``seq`` of the same ``epoch`` and fall back to running everything when heartbeats stop.
+  newer ``seq`` of the same ``epoch`` and fall back to running everything (but suspended jobs) when
+  heartbeats stop.
 - job shell <-> storm-nm: DEALER -> ROUTER on an ``ipc://`` endpoint in the NM's run directory. The shell is
   the per-job, per-node process that spawns the ranks and serves their PMI wire-up (see nm/shell.py).
 
@@ -255,10 +258,21 @@ class JobInfo:
     warning: str = ""
     # On a torus ([mm] topology): the box of nodes it holds (or last held), its ranks on them in box order.
     box: BoxInfo | None = None
+    # A moldable job's range (storm submit -n MIN-MAX; both 0 for a job of a fixed size): ``ranks`` is the
+    # least it asked for until it starts, then the size storm-mm gave it.
+    min_ranks: int = 0
+    max_ranks: int = 0
+    # Its quality of service ("normal" unless storm submit --qos) and that QOS's priority at its submission.
+    qos: str = ""
+    priority: int = 0
+    # While preemption holds its ranks stopped: the job that suspended it. Its state stays RUNNING (its ranks
+    # exist; suspended time does not count against its limit); `storm queue` shows SUSPENDED.
+    suspended_by: int | None = None
 
     def __post_init__(self) -> None:
         _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
         _check(self.requeues >= 0, "requeues must be >= 0")
+        _check(0 <= self.min_ranks <= self.max_ranks, "min_ranks and max_ranks: 0 <= min_ranks <= max_ranks")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -445,9 +459,21 @@ class SubmitJob(Request):
     user: str = ""
     # Preload mpihook into the ranks (False: `storm submit --no-hook`; see the README for what is lost).
     hook: bool = True
+    # A moldable job (`storm submit -n 4-16`): ``ranks`` is the least it runs with, ``max_ranks`` the most,
+    # and storm-mm picks the size when it starts it ([mm] moldable). 0: exactly ``ranks`` (an older storm-mm
+    # ignores the field and runs the job at ``ranks``, which is within its range).
+    max_ranks: int = 0
+    # Its quality of service (`storm submit --qos`), whose priority orders the queue and, with [mm]
+    # preemption, lets it suspend running jobs of a lower one; "" is "normal". [mm] qos_users says who may.
+    qos: str = ""
 
     def __post_init__(self) -> None:
         _check(self.ranks >= 1, "ranks must be at least 1")
+        _check(
+            self.max_ranks == 0 or self.ranks <= self.max_ranks < 2**31,
+            f"max_ranks must be 0 (a fixed size) or at least ranks ({self.ranks}), not {self.max_ranks}",
+        )
+        _check(len(self.qos) <= 64 and _plain(self.qos), "qos: the name of a QOS, at most 64 characters")
         _check(all(0 <= x < 2**32 for x in (self.uid, self.gid) if x is not None), "uid and gid: 0 to 2^32-1")
         _check(len(self.user) <= 256 and _plain(self.user), "user: at most 256 characters, no NUL")
         _check(len(self.argv) >= 1 and self.argv[0] != "", "a command is required")
@@ -635,6 +661,9 @@ class NodeRegistered(Message):
     # The row of each of the node's jobs (the rest of the matrix is none of its business).
     rows: dict[str, int] = dataclasses.field(default_factory=dict)
     fcs: FcsParameters = dataclasses.field(default_factory=FcsParameters)
+    # The node's jobs that preemption holds suspended: their ranks stay stopped, whatever the heartbeats say,
+    # until resume_job (every other job of the node is not suspended).
+    suspended: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.policy in POLICIES, f"unknown policy {self.policy!r}")
@@ -659,6 +688,9 @@ class NodeStatus(Message):
     switches: int = 0
     switch_p50_ms: float = 0.0
     switch_p99_ms: float = 0.0
+    # Those of them it holds suspended (suspend_job): the MM sends suspend_job or resume_job again where it
+    # disagrees (one of them was lost, or the NM restarted).
+    suspended: tuple[int, ...] = ()
 
 
 @message("heartbeat")
@@ -770,6 +802,29 @@ class LaunchJob(Message):
 class KillJob(Message):
     job_id: int
     reason: str
+
+
+@message("suspend_job")
+@dataclass(frozen=True, kw_only=True)
+class SuspendJob(Message):
+    """Preemption: stop this node's ranks of a job (SIGSTOP, through the context switch) and keep them
+    stopped, whatever the heartbeats say, until resume_job; job ``by`` runs on their PEs meanwhile."""
+
+    job_id: int
+    by: int
+
+
+@message("resume_job")
+@dataclass(frozen=True, kw_only=True)
+class ResumeJob(Message):
+    """The end of a suspension: the job's ranks run again on their PEs, in row ``row`` of the matrix (under
+    gang scheduling: when that row's slot comes)."""
+
+    job_id: int
+    row: int
+
+    def __post_init__(self) -> None:
+        _check(self.row >= 0, "row must be >= 0")
 
 
 @message("job_launched")

@@ -42,12 +42,12 @@ class Reports:
         """The watchdog's warning for a running job ("" if none): every rank of the job has been inside one
         blocking MPI call for at least ``after`` seconds (0: never), as its nodes last reported. A rank with
         no measurement (not in MPI yet, --no-hook, a foreign MPI) keeps the job from being suspected: the
-        watchdog only says what mpihook knows. O(ranks)."""
+        watchdog only says what mpihook knows; a job preemption suspended is stopped, not stuck. O(ranks)."""
         reports = self.live.get(job.id)
-        if after <= 0 or not reports:
+        if after <= 0 or not reports or job.suspended_at is not None:
             return ""
         ranks = [(when, r) for when, ranks, _ in reports.values() for r in ranks]
-        if len(ranks) < job.spec.ranks or not all(r.call for _, r in ranks):
+        if len(ranks) < job.ranks or not all(r.call for _, r in ranks):
             return ""
         stuck = min(r.call_time + (now - when) for when, r in ranks)
         if stuck < after:

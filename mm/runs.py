@@ -59,7 +59,9 @@ from storm.mm.protocol import (
     Policy,
     RankExit,
     RankSlot,
+    ResumeJob,
     SpawnsView,
+    SuspendJob,
 )
 from storm.mm.reports import Reports
 from storm.mm.requeue import Echoes
@@ -68,6 +70,7 @@ from storm.mm.scheduler import Start
 from storm.mm.slots import GangCycle
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
+from storm.mm.suspension import Suspended
 from storm.mm.torus_state import TorusState
 
 log = logging.getLogger("storm.mm")
@@ -203,7 +206,10 @@ class RunTable:
         # ``pending`` does so through enqueue() and withdraw() (or a pass's starts) to keep them in step.
         layout = config.torus_layout()
         self.torus = None if layout is None else TorusState(layout)
-        self.state = ScheduleState(self.matrix, config.backfill, self.torus)
+        self.state = ScheduleState(
+            self.matrix, config.backfill, self.torus, subset=config.moldable == "subset"
+        )
+        self.rules = config.preemption_rules()  # None: preemption is off
         self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
 
     def job(self, job_id: int) -> Job | None:
@@ -211,7 +217,9 @@ class RunTable:
         return self.pending.get(job_id) or self.active.get(job_id) or self.store.get_job(job_id)
 
     def suspended(self, job: Job, now: float) -> float:
-        """Seconds the job's ranks have been stopped by gang scheduling, up to now."""
+        """Seconds the job's ranks have been stopped by gang scheduling or preemption, up to now."""
+        if job.suspended_at is not None:  # preempted: out of the matrix, the cycle no longer counts it
+            return job.suspended_time + max(0.0, now - job.suspended_at)
         if self.cycle is None or job.row is None:
             return job.suspended_time
         return self.cycle.suspended_time(job.id, job.row, now)
@@ -244,15 +252,28 @@ class RunTable:
                 # registers without listing the job (nodes that do are taken as launched).
                 track.launches = self.launches(job, track)
             started = job.start_time if job.start_time is not None else now  # stored by an older storm-mm
+            if job.suspended_at is not None:  # its ranks wait stopped on their PEs, which others may hold
+                ran = max(0.0, job.suspended_at - started - job.suspended_time)
+                pes = job.placement
+                self.state.hold(
+                    Suspended(job.id, pes, job.spec.priority, job.spec.time_limit, ran, job.suspended_at)
+                )
+                continue
             placement = Placement(job.row or 0, job.placement)
-            self.state.place(job.id, placement, started, job.spec.time_limit, job.box)
+            self.state.place(
+                job.id, placement, started, job.spec.time_limit, job.box, priority=job.spec.priority,
+                since=job.resumed_at,
+            )  # fmt: skip
             if self.cycle is not None:
                 self.cycle.add(job.id, now, job.suspended_time)
 
     def enqueue(self, job: Job) -> None:
         """A pending job joins the end of the queue (a submission, a recovered or requeued job)."""
         self.pending[job.id] = job
-        self.state.enqueue(job.id, job.spec.ranks, job.spec.time_limit)
+        spec = job.spec
+        self.state.enqueue(
+            job.id, spec.ranks, spec.time_limit, max_ranks=spec.max_ranks, priority=spec.priority
+        )
 
     def withdraw(self, job_id: int) -> Job:
         """A pending job leaves the queue without starting (a cancel); its record."""
@@ -265,19 +286,105 @@ class RunTable:
         self.pass_due = True
 
     def schedule(self, now: float, out: list[Effect]) -> None:
-        """One scheduling pass: start what fits, note why the rest waits (Controller.schedule runs it)."""
+        """One scheduling pass: start what fits, note why the rest waits (Controller.schedule runs it).
+
+        With suspended jobs or preemption, in this order: suspended jobs whose PEs are free resume (unless a
+        queued job outranks them), jobs of a higher priority suspend what they may (mm/suspension.py), the
+        pass starts what fits, and suspended jobs whose PEs are still free resume."""
         self.pass_due = False
         self.passes += 1
-        if not self.pending:
+        state = self.state
+        if not self.pending and not state.suspended:
             self.reasons = {}
             return
         held = self.echoes.held(self.pending)
-        plan = self.state.run_pass(now, self.registry.usable(), held)
-        self.reasons = dict(plan.reasons)
-        for job_id, nodes in held.items():
-            self.reasons[job_id] = f"Requeued: last run's reports still due from {','.join(sorted(nodes))}"
-        for start in plan.starts:
-            self._start(self.pending.pop(start.job_id), start, now, out)
+        usable = self.registry.usable()
+        for job_id, row in state.resume_free(now, usable, deferring=True):
+            self._resumed(job_id, row, now, out)
+        waits: dict[int, str] = {}
+        if self.rules is not None and (self.pending or state.suspended):
+            found, outlook = state.preempt(now, self.rules, usable, exempt=self._exempt(), held=held)
+            for suspension in found:
+                for victim in suspension.victims:
+                    self._suspended(victim, suspension.by, now, out)
+                if suspension.resumed:
+                    self._resumed(suspension.by, suspension.placement.row, now, out)
+                else:
+                    start = Start(suspension.by, suspension.placement, backfilled=False)
+                    self._start(self.pending.pop(suspension.by), start, now, out)
+            for job_id, later in outlook.items():
+                victims = ", ".join(map(str, later.victims))
+                waits[job_id] = (
+                    f"may suspend job(s) {victims} in {later.at - now:.0f} s (their minimum run time)"
+                )
+        self.reasons = {}
+        if self.pending:
+            plan = state.run_pass(now, usable, held)
+            self.reasons = dict(plan.reasons)
+            for job_id, nodes in held.items():
+                self.reasons[job_id] = (
+                    f"Requeued: last run's reports still due from {','.join(sorted(nodes))}"
+                )
+            for start in plan.starts:
+                self._start(self.pending.pop(start.job_id), start, now, out)
+        for job_id, wait in waits.items():
+            if job_id in self.reasons:
+                self.reasons[job_id] = f"{self.reasons[job_id]}; {wait}"
+        for job_id, row in state.resume_free(now, usable):
+            self._resumed(job_id, row, now, out)
+
+    def _exempt(self) -> set[int]:
+        """Placed jobs that may not be suspended: those starting (their ranks may not exist yet) or ending."""
+        return {j.id for j in self.active.values() if j.state is not JobState.RUNNING or j.ending is not None}
+
+    def _suspended(self, job_id: int, by: int, now: float, out: list[Effect]) -> None:
+        """The job left the matrix for ``by``: stored suspended (its gang-stopped time so far kept), then
+        every node of it is told to stop its ranks."""
+        job = self.active[job_id]
+        stopped = job.suspended_time
+        if self.cycle is not None and job.row is not None:
+            stopped = self.cycle.pause(job_id, job.row, now)
+        preemptor = self.pending.get(by) or self.active.get(by)
+        qos = (
+            f" (QOS {preemptor.spec.qos or 'normal'}, priority {preemptor.spec.priority})"
+            if preemptor
+            else ""
+        )
+        job = dataclasses.replace(
+            job, suspended_by=by, suspended_at=now, suspended_time=stopped, row=None,
+            reason=f"Suspended by job {by}{qos}",
+        )  # fmt: skip
+        self.store.save_job(job)
+        self.active[job_id] = job
+        track = self.tracking[job_id]
+        out.extend(
+            Send(node, SuspendJob(job_id=job_id, by=by)) for node in job.nodes if node not in track.done
+        )
+        log.info("job %d suspended by job %d", job_id, by)
+
+    def _resumed(self, job_id: int, row: int, now: float, out: list[Effect]) -> None:
+        """The job is back in the matrix, in ``row``: stored running, then its nodes continue its ranks."""
+        job = self.active[job_id]
+        assert job.suspended_at is not None
+        stopped = job.suspended_time + max(0.0, now - job.suspended_at)
+        job = dataclasses.replace(
+            job,
+            suspended_by=None,
+            suspended_at=None,
+            resumed_at=now,
+            suspended_time=stopped,
+            row=row,
+            reason="",
+        )
+        self.store.save_job(job)
+        self.active[job_id] = job
+        if self.cycle is not None:
+            self.cycle.add(job_id, now, stopped)
+        track = self.tracking[job_id]
+        out.extend(
+            Send(node, ResumeJob(job_id=job_id, row=row)) for node in job.nodes if node not in track.done
+        )
+        log.info("job %d resumed in row %d", job_id, row)
 
     def _start(self, job: Job, start: Start, now: float, out: list[Effect]) -> None:
         placement = start.placement
@@ -298,6 +405,8 @@ class RunTable:
         track.launches = self.launches(job, track)
         out.extend(Send(node, launch) for node, launch in track.launches.items())
         where = f" (box {job.box})" if job.box is not None else ""
+        if job.spec.moldable:
+            where += f" with {job.ranks} ranks (asked {job.spec.ranks}-{job.spec.max_ranks})"
         log.info("job %d started on %s%s", job.id, ",".join(job.nodes), where)
 
     def launches(self, job: Job, track: Tracking) -> dict[str, LaunchJob]:
@@ -312,7 +421,7 @@ class RunTable:
         for index, node in enumerate(nodes):
             slots = tuple(per_node[node])
             launches[node] = LaunchJob(
-                job_id=job.id, name=spec.name, kvsname=track.kvsname, size=spec.ranks, row=job.row or 0,
+                job_id=job.id, name=spec.name, kvsname=track.kvsname, size=job.ranks, row=job.row or 0,
                 node_index=index, ranks_per_node=counts, hosts=track.hosts, slots=slots, argv=spec.argv,
                 cwd=spec.cwd, env=spec.env, uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output,
                 error=spec.error, hook=spec.hook,
@@ -384,6 +493,9 @@ class RunTable:
         if self.cycle is not None:
             self.cycle.account(now, {j: p.row for j, p in self.matrix.jobs().items()})
             suspended = self.cycle.forget(job_id)
+        if job.suspended_at is not None:  # ended while preemption held it (cancelled, a node lost)
+            suspended = job.suspended_time + max(0.0, now - job.suspended_at)
+            job = dataclasses.replace(job, suspended_by=None, suspended_at=None)
         if track.last_barrier is not None:
             self.store.forget_barrier(job_id)  # the next run wires up afresh
         if len(job.nodes) > 1:

@@ -36,6 +36,15 @@ class GangCycle:
         self.suspended[job_id] = suspended
         self._upto[job_id] = now
 
+    def pause(self, job_id: int, row: int, now: float) -> float:
+        """A job leaves the matrix for a while (preemption suspended it): its suspended time up to ``now``.
+        Its count of slots stays, so that the MM and its nodes (which count no slot for it meanwhile) still
+        agree on when FCS resets it after it comes back with :meth:`add`."""
+        total = self.suspended_time(job_id, row, now)
+        self._upto.pop(job_id, None)
+        self.suspended.pop(job_id, None)
+        return total
+
     def forget(self, job_id: int) -> float:
         """A job leaves the matrix; returns its suspended time (account before calling)."""
         self._upto.pop(job_id, None)

@@ -23,7 +23,7 @@ from storm.mm.states import ACTIVE_STATES, JobState
 from storm.mm.storage import NodeRecord, StoreError
 from storm.mm.torus import Box
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def _sql_states(states: frozenset[JobState]) -> str:
@@ -45,6 +45,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE jobs ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",),
     # 5: on a torus, the box a job holds ('' elsewhere, and for jobs of an older storm-mm).
     4: ("ALTER TABLE jobs ADD COLUMN box TEXT NOT NULL DEFAULT ''",),
+    # 6: preemption by suspension: which job suspended a running one, since when, and its last resume (NULL:
+    # never, as for every job of an older storm-mm). A moldable job's range, its QOS and priority are in the
+    # spec (absent from older specs: a fixed size, normal, 0).
+    5: (
+        "ALTER TABLE jobs ADD COLUMN suspended_by INTEGER",
+        "ALTER TABLE jobs ADD COLUMN suspended_at REAL",
+        "ALTER TABLE jobs ADD COLUMN resumed_at REAL",
+    ),
 }
 
 _SCHEMA = f"""
@@ -53,6 +61,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- memory after it; it is random per run, so it is kept for a restarted MM to send a lost launch again.
 -- hosts: the host number of each of its nodes, as its launches give them (comma-separated; '': none).
 -- box: on a torus, the box it holds, 'x,y,z/a,b,c' (base / shape); '' on a flat network.
+-- suspended_by, suspended_at: while preemption holds a running job's ranks stopped, the job that suspended it
+-- and since when (NULL otherwise); resumed_at: its last resume.
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     state TEXT NOT NULL,
@@ -69,7 +79,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     requeues INTEGER NOT NULL DEFAULT 0,
     kvsname TEXT NOT NULL DEFAULT '',
     hosts TEXT NOT NULL DEFAULT '',
-    box TEXT NOT NULL DEFAULT ''
+    box TEXT NOT NULL DEFAULT '',
+    suspended_by INTEGER,
+    suspended_at REAL,
+    resumed_at REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN {_UNFINISHED};
@@ -124,7 +137,7 @@ CREATE TABLE IF NOT EXISTS node_exits (
 
 _JOB_COLUMNS = (
     "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row, ending, "
-    "suspended_time, requeues, box"
+    "suspended_time, requeues, box, suspended_by, suspended_at, resumed_at"
 )
 
 
@@ -155,13 +168,18 @@ def _pack_spec(spec: JobSpec) -> bytes:
             "error": spec.error,
             "requeue": spec.requeue,
             "hook": spec.hook,
+            "max_ranks": spec.max_ranks,
+            "qos": spec.qos,
+            "priority": spec.priority,
         }
     )
     return packed
 
 
 def _unpack_spec(blob: bytes) -> JobSpec:
-    d = msgpack.unpackb(blob)  # fields added later (requeue, hook) are absent from older jobs: defaults hold
+    d = msgpack.unpackb(
+        blob
+    )  # fields added later (requeue, hook, ...) are absent from older jobs: defaults hold
     d["argv"] = tuple(d["argv"])
     return JobSpec(**d)
 
@@ -182,6 +200,9 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
         suspended,
         requeues,
         box,
+        suspended_by,
+        suspended_at,
+        resumed_at,
     ) = row
     assert isinstance(spec, bytes) and isinstance(placement, bytes)
     return Job(
@@ -199,6 +220,9 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
         suspended_time=float(suspended),  # type: ignore[arg-type]
         requeues=int(requeues),  # type: ignore[call-overload]
         box=_unpack_box(str(box)),
+        suspended_by=None if suspended_by is None else int(suspended_by),  # type: ignore[call-overload]
+        suspended_at=None if suspended_at is None else float(suspended_at),  # type: ignore[arg-type]
+        resumed_at=None if resumed_at is None else float(resumed_at),  # type: ignore[arg-type]
     )
 
 
@@ -315,7 +339,8 @@ class Store:
         with self._writing():
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, start_time = ?, end_time = ?, exit_code = ?, reason = ?, "
-                "placement = ?, row = ?, ending = ?, suspended_time = ?, requeues = ?, box = ? WHERE id = ?",
+                "placement = ?, row = ?, ending = ?, suspended_time = ?, requeues = ?, box = ?, "
+                "suspended_by = ?, suspended_at = ?, resumed_at = ? WHERE id = ?",
                 (
                     job.state.value,
                     job.start_time,
@@ -328,6 +353,9 @@ class Store:
                     job.suspended_time,
                     job.requeues,
                     _pack_box(job.box),
+                    job.suspended_by,
+                    job.suspended_at,
+                    job.resumed_at,
                     job.id,
                 ),
             )

@@ -42,8 +42,10 @@ class Classifier:
         if row is None:
             return changed
         for key, unit in list(self.switcher.units.items()):
-            if unit.row != row or key not in present:
-                continue  # not its slot, or it was not here when the slot began (the MM counts alike)
+            if unit.row != row or key not in present or unit.job_id in self.switcher.suspended:
+                # Not its slot, or it was not here when the slot began, or preemption holds it stopped and out
+                # of the matrix: the MM counts no slot for it either.
+                continue
             if not unit.pid:
                 # Not started yet (or gone): the slot counts, as the MM counts it, but there is nothing to
                 # judge, and its class-time starts when it runs.

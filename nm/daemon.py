@@ -305,7 +305,7 @@ class NodeManager:
                 log.warning("bad message from the MM: %s", exc)
                 continue
             try:
-                await self._carry_out(self.node.from_mm(msg, time.monotonic()))
+                await self._carry_out(self.node.from_mm(msg, time.monotonic(), time.time()))
                 if isinstance(msg, p.NodeRegistered):
                     self._heartbeats_from(msg)
                     self.notify.status(f"{len(self.cpus)} PEs; registered with storm-mm {msg.mm_epoch[:8]}")

@@ -86,6 +86,9 @@ class LocalJob:
     mapped_shm: set[str] = field(default_factory=set)
     # The PMI barrier its shell may enter next; None for a re-adopted job until its shell has entered one.
     next_barrier: int | None = None
+    # Preemption holds its ranks stopped (suspend_job): kept in its record, so that neither this NM leaving
+    # nor the next one re-adopting it continues them before the MM says so.
+    suspended: bool = False
 
     @property
     def job_id(self) -> int:
@@ -188,6 +191,7 @@ class LocalJobs:
                 "ranks": {str(rank): [pid, job.starts.get(rank)] for rank, pid in job.pids.items()},
                 "stopped_by_nm": job.stopped_by_nm,
                 "spawns": job.spawns.record(),
+                "suspended": job.suspended,
             }
         )
 
@@ -372,12 +376,14 @@ class LocalJobs:
 
     def leave(self) -> int:
         """This NM exits and its jobs run on for the next one: continue every rank time slicing stopped
-        (nobody would continue it meanwhile). Returns how many jobs run on."""
+        (nobody would continue it meanwhile), but not those of a suspended job, whose PEs another job has.
+        Returns how many jobs run on."""
         running = 0
         for job in self.jobs.values():
             if job.done is None:
                 running += 1
-                self._signal_ranks(job, (signal.SIGCONT,))
+                if not job.suspended:
+                    self._signal_ranks(job, (signal.SIGCONT,))
         return running
 
     def recover(self) -> list[LocalJob]:
@@ -426,9 +432,13 @@ class LocalJobs:
             hook_segment=str(record.get("hook_segment") or ""),
             stopped_by_nm=str(record.get("stopped_by_nm") or ""),
             spawns=spawns,
+            suspended=bool(record.get("suspended")),
         )
         self.jobs[launch.job_id] = job
         self.switcher.add(launch.job_id, [(s.rank, s.pe) for s in launch.slots], launch.row)
+        # Suspended by preemption: it stays stopped (its ranks are put in that state once known, below) until
+        # the MM, as it registers this NM, says otherwise.
+        self.switcher.set_suspended(launch.job_id, job.suspended)
         self._attach_segment(job)  # also when the shell is gone: finishing the job then removes the segment
         if not alive:
             log.info("job %d: its shell ended while storm-nm was down", launch.job_id)
@@ -436,8 +446,10 @@ class LocalJobs:
             return job
         for pid in [*ranks.values(), *(child.pid for child in spawns.live())]:
             # Stopped by time slicing when the old NM went: nobody would continue it. Slices resume with the
-            # next heartbeat; until then everything runs, as when heartbeats stop.
-            self.os.signal_group(pid, signal.SIGCONT)
+            # next heartbeat; until then everything runs, as when heartbeats stop. A suspended job's ranks
+            # stay stopped.
+            if not job.suspended:
+                self.os.signal_group(pid, signal.SIGCONT)
             self.os.set_nice(pid, 0)
             # The old NM may have left the session's autogroup at the background nice; the new switcher takes
             # it for 0 (ContextSwitcher.group_nice), so it would never set it back.

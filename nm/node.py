@@ -140,6 +140,7 @@ class Node:
                 node=self.name, nm_epoch=self.epoch, mm_epoch=self.following.mm_epoch, jobs=tuple(self.jobs),
                 launched=tuple(j.job_id for j in self.jobs.values() if j.ranks_known and j.done is None),
                 switches=switches, switch_p50_ms=p50, switch_p99_ms=p99,
+                suspended=tuple(j.job_id for j in self.jobs.values() if j.suspended and j.done is None),
             )
         ]  # fmt: skip
         for job in list(self.jobs.values()):
@@ -153,13 +154,21 @@ class Node:
 
     # ---------------------------------------------------------------------------------------------- the MM
 
-    def from_mm(self, msg: p.Message, now: float) -> Outcome:
-        """A message from the MM (decoded already)."""
+    def from_mm(self, msg: p.Message, now: float, wall: float | None = None) -> Outcome:
+        """A message from the MM (decoded already); ``wall``: the wall clock, which a context switch it causes
+        is timed by (``now`` if not given)."""
         out = Outcome()
         job = self.jobs.get(getattr(msg, "job_id", -1))
         match msg:
             case p.NodeRegistered():
                 self._registered(msg, now, out)
+                for local in self.jobs.values():
+                    self._suspend(local, local.job_id in msg.suspended, now if wall is None else wall, out)
+            case p.SuspendJob() | p.ResumeJob():
+                if job is not None and job.done is None and not job.killing:
+                    if isinstance(msg, p.ResumeJob):
+                        self.switcher.set_row(msg.job_id, msg.row)
+                    self._suspend(job, isinstance(msg, p.SuspendJob), now if wall is None else wall, out)
             case p.JobRows():
                 for key, row in msg.rows.items():
                     self.switcher.set_row(int(key), row)
@@ -238,6 +247,18 @@ class Node:
         self.follower.follow(msg.mm_epoch, now)
         if self.follower.row is None:
             out.check = self.switcher.switch(None, now=now)  # until a heartbeat says otherwise, all run
+
+    def _suspend(self, job: LocalJob, suspended: bool, wall: float, out: Outcome) -> None:
+        """Preemption: hold the job's ranks stopped, or let them run again as the policy says (SIGSTOP and
+        SIGCONT through the context switch, which heartbeats then leave alone). Kept in the job's record."""
+        changed = self.switcher.set_suspended(job.job_id, suspended and job.done is None)
+        if job.suspended != suspended:
+            job.suspended = suspended
+            log.info("job %d %s", job.job_id, "suspended" if suspended else "resumed")
+            with contextlib.suppress(OSError):
+                self.local.save_record(job)  # a restarted NM keeps it stopped until the MM says otherwise
+        if changed:
+            out.check = self.switcher.switch(self.switcher.active, now=wall) or out.check
 
     # ---------------------------------------------------------------------------------------------- slices
 

@@ -1,7 +1,10 @@
 """The context switch on one node: which ranks run, how they wait in MPI, and which one has priority.
 
 Decided per rank, at every heartbeat (and when ranks start), by the policy (:func:`storm.nm.fcs.decide`,
-beside Algorithm 1). Without heartbeats (``active`` None) every rank runs. A rank is stopped or continued
+beside Algorithm 1). Without heartbeats (``active`` None) every rank runs, except the ranks of jobs that
+preemption suspended (:meth:`ContextSwitcher.set_suspended`): those are stopped whatever the policy, the
+heartbeats or their absence say, and take no part in the decisions of the others (under FCS a suspended CS
+process does not claim its PE). A rank is stopped or continued
 through its process group (which holds whatever it forked); stops go out before continues, so that two ranks
 never share a PE on purpose. A process the job spawned (MPI_Comm_spawn) follows the job's rank on its PE: it
 runs when that rank runs and has its nice value (under gang scheduling, when the job's row runs); it is not
@@ -124,6 +127,7 @@ class ContextSwitcher:
         # same object, with nothing changed in the ranks' state since) signals nothing, so it does nothing.
         self._decided: dict[int | None, dict[Key, Decision]] = {}
         self._applied: dict[Key, Decision] | None = None
+        self._suspended: set[int] = set()  # jobs preemption holds stopped
 
     # ------------------------------------------------------------------------------------------- settings
 
@@ -167,6 +171,22 @@ class ContextSwitcher:
         self._decided.clear()
         self._applied = None
 
+    @property
+    def suspended(self) -> frozenset[int]:
+        """The jobs whose ranks preemption holds stopped (changed by :meth:`set_suspended`)."""
+        return frozenset(self._suspended)
+
+    def set_suspended(self, job_id: int, suspended: bool) -> bool:
+        """Hold the job's ranks stopped (or no longer) from the next switch on; True if that changed."""
+        if (job_id in self._suspended) == suspended:
+            return False
+        if suspended:
+            self._suspended.add(job_id)
+        else:
+            self._suspended.discard(job_id)
+        self._decisions_changed()
+        return True
+
     # ------------------------------------------------------------------------------------------- jobs
 
     def add(self, job_id: int, slots: list[tuple[int, int]], row: int) -> None:
@@ -205,6 +225,7 @@ class ContextSwitcher:
         for pid in [pid for pid, f in self.followers.items() if f.job_id == job_id]:
             del self.followers[pid]
         self.group_nice.pop(job_id, None)
+        self._suspended.discard(job_id)
         self._decisions_changed()
 
     def follow(self, job_id: int, pid: int, pe: int) -> None:
@@ -231,12 +252,19 @@ class ContextSwitcher:
         decided = self._decided.get(active)
         if decided is not None:
             return decided
-        classes = self._classes
+        classes, held = self._classes, self._suspended
         processes = (
             Process(key=key, pe=u.pe, row=u.row, klass=classes.get(key, Klass.CS))
             for key, u in self.units.items()
+            if u.job_id not in held
         )
         decided = decide(self._policy, processes, active, f_always=self._f_priority == "always")
+        if held:  # stopped, their wait mode left as it is
+            decided.update(
+                (key, Decision(run=False, spin_block=u.spin_block))
+                for key, u in self.units.items()
+                if u.job_id in held
+            )
         decided = next((kept for kept in self._decided.values() if kept == decided), decided)
         self._decided[active] = decided
         return decided

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 from pathlib import Path
 
 import pytest
 
+from storm.mm import protocol as p
 from storm.mm.slurm_style import format_duration
 from storm.tools import cli
 from storm.tools.cli import (
@@ -17,7 +19,7 @@ from storm.tools.cli import (
     parse_time_limit,
     prepare_outputs,
 )
-from storm.tools.views import table
+from storm.tools.views import ranks_text, state_text, table
 
 
 @pytest.mark.parametrize(
@@ -197,7 +199,7 @@ def test_prepare_outputs_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_parser_submit() -> None:
     argv = ["submit", "-n", "4", "-t", "5m", "-J", "x", "-W", "--", "prog", "-n", "1"]
     args = cli.build_parser().parse_args(argv)
-    assert (args.cmd, args.ranks, args.time, args.name, args.wait) == ("submit", 4, "5m", "x", True)
+    assert (args.cmd, args.ranks, args.time, args.name, args.wait) == ("submit", "4", "5m", "x", True)
     assert args.command == ["--", "prog", "-n", "1"]  # the command's own options stay its own
 
 
@@ -205,7 +207,6 @@ def test_parser_submit() -> None:
     ("argv", "expected"),
     [
         (["submit", "--", "true"], "the following arguments are required: -n/--ranks"),
-        (["submit", "-n", "two", "--", "true"], "invalid int value: 'two'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "the following arguments are required: COMMAND"),
         (["show"], "the following arguments are required: JOBID"),
@@ -223,7 +224,34 @@ def test_parser_usage_errors(argv: list[str], expected: str, capsys: pytest.Capt
 def test_main_refuses_zero_ranks_before_contacting_the_mm(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["submit", "-n", "0", "--", "true"]) == 2
     err = capsys.readouterr().err
-    assert err == "storm submit: -n must be at least 1, not 0\n"
+    assert err == "storm submit: -n 0: a job needs at least 1 rank\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("4", (4, 0)), ("4-16", (4, 16)), (" 2 - 8 ", (2, 8)), ("4-4", (4, 0)), ("1-1000", (1, 1000))],
+)
+def test_ranks_are_a_number_or_slurms_range_for_a_moldable_job(text: str, expected: tuple[int, int]) -> None:
+    assert cli.parse_ranks(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("ranks", "error"),
+    [
+        ("16-4", "-n 16-4: the minimum (16) is larger than the maximum (4)"),
+        ("0-3", "-n 0-3: a job needs at least 1 rank"),
+        ("two", "-n two: give a number of ranks (4) or a range MIN-MAX (4-16)"),
+        ("4-", "-n 4-: give a number of ranks (4) or a range MIN-MAX (4-16)"),
+        ("4-x", "-n 4-x: give a number of ranks (4) or a range MIN-MAX (4-16)"),
+        ("2.5", "-n 2.5: give a number of ranks (4) or a range MIN-MAX (4-16)"),
+        ("99999999999", "-n 99999999999: too many ranks"),
+    ],
+)
+def test_a_bad_rank_count_or_range_is_a_usage_error_before_contacting_the_mm(
+    ranks: str, error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["submit", "-n", ranks, "--", "true"]) == 2
+    assert capsys.readouterr().err == f"storm submit: {error}\n"
 
 
 @pytest.mark.parametrize("argv", [["submit", "-n", "1"], ["submit", "-n", "1", "--"]])
@@ -278,3 +306,32 @@ def test_a_local_torus_writes_each_nodes_place(tmp_path: Path) -> None:
     assert config.mm.coordinates["node5"] == [1, 0, 1]
     layout = config.mm.torus_layout()
     assert layout is not None and layout.names[5] == "node5"
+
+
+def test_queue_and_show_give_a_moldable_jobs_range_then_its_size_and_say_suspended() -> None:
+    job = p.JobInfo(
+        id=3, name="m", user="alice", uid=1000, state="PENDING", ranks=2, nodes=(), submit_time=1.0,
+        start_time=None, end_time=None, exit_code=None, reason="", time_limit=None, argv=("x",), cwd="/",
+        output="", error="", min_ranks=2, max_ranks=16,
+    )  # fmt: skip
+    assert (ranks_text(job), state_text(job)) == ("2-16", "PENDING")
+    placed = dataclasses.replace(job, state="RUNNING", ranks=8, start_time=2.0)
+    assert (ranks_text(placed), state_text(placed)) == ("8 (2-16)", "RUNNING")
+    assert state_text(dataclasses.replace(placed, suspended_by=4)) == "SUSPENDED"
+    assert ranks_text(dataclasses.replace(job, min_ranks=0, max_ranks=0, ranks=4)) == "4"
+
+
+def test_local_up_takes_mm_settings_in_toml_and_checks_them_first() -> None:
+    pairs = ["preemption=suspend", "qos={normal=0,high=10}", "preempt_min_run=5", "backfill=none"]
+    assert cli.mm_settings(pairs) == {
+        "preemption": "suspend", "qos": {"normal": 0, "high": 10}, "preempt_min_run": 5, "backfill": "none",
+    }  # fmt: skip
+    assert cli.mm_settings(["mpl=3"], "gang") == {"mpl": 3}
+    for pair, error in (
+        ("preemption=maybe", "--set: mm.preemption: 'maybe' is not one of off, suspend"),
+        ("mpl=3", "--set: cluster.policy batch runs one job per PE: mm.mpl must be 1"),
+        ("nokey", "--set nokey: give KEY=VALUE, an [mm] setting"),
+        ("frob=1", "--set: mm: unknown setting(s) frob"),
+    ):
+        with pytest.raises(cli.UsageError, match="^" + re.escape(error)):
+            cli.mm_settings([pair])

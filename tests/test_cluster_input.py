@@ -38,7 +38,15 @@ def snapshot(client: Client) -> list[tuple[int, str]]:
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["submit", "-n", "0", "--", "true"], 2, "-n must be at least 1"),
+        (["submit", "-n", "0", "--", "true"], 2, "-n 0: a job needs at least 1 rank"),
+        (
+            ["submit", "-n", "16-4", "--", "true"],
+            2,
+            "-n 16-4: the minimum (16) is larger than the maximum (4)",
+        ),
+        (["submit", "-n", "0-3", "--", "true"], 2, "-n 0-3: a job needs at least 1 rank"),
+        (["submit", "-n", "3-8", "--", "true"], 1, "3 ranks requested, but the cluster has only 2 PEs"),
+        (["submit", "-n", "1", "--qos", "gold", "--", "true"], 1, "no QOS 'gold' on this cluster"),
         (["submit", "-n", "2"], 2, "a command is required"),
         (["submit", "-n", "2", "--"], 2, "a command is required"),
         (["submit", "-n", "3", "--", "true"], 1, "3 ranks requested, but the cluster has only 2 PEs"),
@@ -46,7 +54,11 @@ def snapshot(client: Client) -> list[tuple[int, str]]:
         (["submit", "-n", "1", "--time", "soon", "--", "true"], 2, "invalid time limit 'soon'"),
         (["show", "999999"], 1, "no job 999999"),
         (["cancel", "999999"], 1, "unknown job"),
-        (["submit", "-n", "x", "--", "true"], 2, "invalid int value"),
+        (
+            ["submit", "-n", "x", "--", "true"],
+            2,
+            "-n x: give a number of ranks (4) or a range MIN-MAX (4-16)",
+        ),
     ],
 )
 def test_cli_refuses_bad_input_and_changes_nothing(

@@ -321,3 +321,46 @@ def test_backfill_mode_from_the_file_and_the_command_line(tmp_path: Path) -> Non
     path = write(tmp_path, '[mm]\nbackfill = "conservative"\n')
     assert load(path).mm.backfill == "conservative"
     assert load(path, {"mm": {"backfill": "none"}}).mm.backfill == "none"
+
+
+def test_moldable_sizing_qos_and_preemption_from_the_file_and_the_command_line(tmp_path: Path) -> None:
+    defaults = load(None).mm
+    assert (defaults.moldable, defaults.preemption, defaults.preemption_rules()) == ("rtc-ad", "off", None)
+    assert defaults.qos_priority("") == defaults.qos_priority("normal") == 0
+    assert defaults.qos_priority("high") is None
+    path = write(
+        tmp_path,
+        '[mm]\nmoldable = "subset"\nqos = { high = 10, scavenger = -5 }\n'
+        'qos_users = { high = ["alice", "1001"] }\n'
+        'preemption = "suspend"\npreempt_min_run = 0.5\npreempt_max_jobs = 3\n',
+    )
+    mm = load(path).mm
+    assert (mm.moldable, mm.qos_priority("high"), mm.qos_priority("scavenger"), mm.qos_priority("")) == (
+        "subset", 10, -5, 0,
+    )  # fmt: skip
+    rules = mm.preemption_rules()
+    assert rules is not None and (rules.min_run_s, rules.max_processes) == (0.5, 3)
+    flags = load(
+        None, {"mm": {"qos": "high=10 low=-1", "qos_users": "high=alice,bob", "preemption": "suspend"}}
+    )
+    assert flags.mm.qos == {"high": 10, "low": -1} and flags.mm.qos_users == {"high": ["alice", "bob"]}
+
+
+@pytest.mark.parametrize(
+    ("mm", "expected"),
+    [
+        ({"moldable": "greedy"}, "mm.moldable: 'greedy' is not one of rtc-ad, subset"),
+        ({"preemption": "requeue"}, "mm.preemption: 'requeue' is not one of off, suspend"),
+        ({"preempt_min_run": -1}, "mm.preempt_min_run must be >= 0 seconds and mm.preempt_max_jobs >= 1"),
+        ({"preempt_max_jobs": 0}, "mm.preempt_min_run must be >= 0 seconds and mm.preempt_max_jobs >= 1"),
+        ({"qos": {"a b": 1}}, "mm.qos: 'a b' is not a QOS name (letters, digits, - and _)"),
+        ({"qos_users": {"gold": ["alice"]}}, "mm.qos_users: no QOS gold in mm.qos"),
+        (
+            {"preemption": "suspend", "topology": "torus 2x1x1", "coordinates": {"a": [0, 0, 0]}},
+            "mm.preemption: not on a torus (mm.topology)",
+        ),
+    ],
+)
+def test_bad_moldable_qos_and_preemption_settings_are_named(mm: dict[str, object], expected: str) -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape(expected)):
+        load(None, {"mm": mm})

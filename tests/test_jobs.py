@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -13,6 +14,7 @@ from storm.mm.jobs import (
     TransitionError,
     advance,
     outcome,
+    requeue,
 )
 from storm.mm.protocol import JOB_STATES, JobInfo, RankExit
 from storm.mm.slurm_style import expand_path
@@ -184,7 +186,37 @@ def test_info() -> None:
         id=42, name="sim", user="alice", uid=1000, state="FAILED", ranks=4, nodes=("n1", "n2"),
         submit_time=10.0, start_time=11.0, end_time=20.5, exit_code=137, reason="rank 0 killed by signal 9",
         time_limit=600.0, argv=("/bin/sim", "-v"), cwd="/home/alice", output="/out/sim-42.%t.txt", error="",
+        qos="normal",
     )  # fmt: skip
+
+
+def test_a_moldable_jobs_info_gives_its_range_and_the_size_it_got() -> None:
+    asked = Job(
+        id=7, spec=spec(ranks=2, max_ranks=8, qos="high", priority=10), state=S.PENDING, submit_time=1.0
+    )
+    waiting = asked.info()
+    assert (waiting.ranks, waiting.min_ranks, waiting.max_ranks) == (2, 2, 8)
+    assert (waiting.qos, waiting.priority, waiting.suspended_by) == ("high", 10, None)
+    placed = advance(asked, S.STARTING, 2.0, placement=tuple(("n1", pe) for pe in range(5)), row=0)
+    assert (placed.ranks, placed.info().ranks, placed.info().min_ranks, placed.info().max_ranks) == (
+        5,
+        5,
+        2,
+        8,
+    )
+    stopped = dataclasses.replace(advance(placed, S.RUNNING, 3.0), suspended_by=9, suspended_at=4.0)
+    assert stopped.info().suspended_by == 9 and stopped.info().state == "RUNNING"
+    # A range of one size is a fixed size.
+    assert not spec(ranks=4, max_ranks=4).moldable and job().info().max_ranks == 0
+
+
+def test_a_requeued_job_is_no_longer_suspended() -> None:
+    placed = dataclasses.replace(
+        job(S.RUNNING, placement=(("n1", 0),), row=0), suspended_by=3, suspended_at=5.0, resumed_at=4.0
+    )
+    failing = dataclasses.replace(placed, spec=spec(requeue=True), ending=S.NODE_FAIL, reason="node n1 DOWN")
+    again = requeue(failing, "requeued 1/5")
+    assert (again.suspended_by, again.suspended_at, again.resumed_at) == (None, None, None)
 
 
 def test_info_expands_the_error_path_too() -> None:

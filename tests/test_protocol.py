@@ -18,7 +18,7 @@ JOB_INFO = p.JobInfo(
     id=12, name="hello é", user="alice", uid=1000, state="RUNNING", ranks=3, nodes=("n1", "n2"),
     submit_time=100.5, start_time=101.0, end_time=None, exit_code=None, reason="", time_limit=60.0,
     argv=("/bin/echo", "hi"), cwd="/home/alice", output="/home/alice/storm-12.out", error="", requeue=True,
-    requeues=2,
+    requeues=2, min_ranks=2, max_ranks=8, qos="high", priority=10, suspended_by=11,
 )  # fmt: skip
 NODE_INFO = p.NodeInfo(
     name="n1", state="UP", pes=4, pes_used=2, address="10.0.0.1", last_seen=5.25, reason="", jobs=(12, 13)
@@ -63,6 +63,8 @@ EXAMPLES: dict[str, p.Message] = {
         output="/tmp/out-%j.txt",
         error="/tmp/err",
         requeue=True,
+        max_ranks=16,
+        qos="high",
     ),
     "job_submitted": p.JobSubmitted(req=1, job_id=77),
     "list_jobs": p.ListJobs(req=2, job_ids=(1, 2, 2**63 - 1), all=True),
@@ -89,9 +91,17 @@ EXAMPLES: dict[str, p.Message] = {
         fcs=p.FcsParameters(
             spin=0.0002, cslots_min=5, dc_thresh=2.0, cs_thresh=0.004, f_thresh=0.003, tslots_max=100
         ),
+        suspended=(4,),
     ),
     "node_status": p.NodeStatus(
-        node="n1", nm_epoch="e1", mm_epoch="m", jobs=(1,), switches=7, switch_p50_ms=0.5, switch_p99_ms=2.5
+        node="n1",
+        nm_epoch="e1",
+        mm_epoch="m",
+        jobs=(1,),
+        switches=7,
+        switch_p50_ms=0.5,
+        switch_p99_ms=2.5,
+        suspended=(1,),
     ),
     "heartbeat": p.Heartbeat(epoch="m", seq=41, row=1, sent=1700000000.25, slice=0.1, resets=(3, 4)),
     "job_rows": p.JobRows(rows={"3": 0, "4": 1}),
@@ -135,6 +145,8 @@ EXAMPLES: dict[str, p.Message] = {
         hook=False,
     ),
     "kill_job": p.KillJob(job_id=1, reason="time limit"),
+    "suspend_job": p.SuspendJob(job_id=1, by=2),
+    "resume_job": p.ResumeJob(job_id=1, row=1),
     "job_launched": p.JobLaunched(job_id=1, node="n1", pids={"0": 100, "1": 101}),
     "job_node_done": p.JobNodeDone(job_id=1, node="n1", exits=EXITS, reason="shutting down", profile=PROFILE),
     "rank_failed": p.RankFailed(job_id=1, node="n2", exit=RankExit(rank=3, exit_code=4, error="boom")),
@@ -444,6 +456,13 @@ REGISTERED = {"op": "node_registered", "node": "n", "mm_epoch": "m", "report_int
         ({**SUBMIT, "output": "/tmp/o\0"}, "a NUL character"),
         ({**SUBMIT, "name": "a\0"}, "a NUL character"),
         ({**SUBMIT, "env": {"": "x"}}, "submit_job: environment variable names must be non-empty"),
+        (
+            {**SUBMIT, "max_ranks": 1},
+            "submit_job: max_ranks must be 0 (a fixed size) or at least ranks (2), not 1",
+        ),
+        ({**SUBMIT, "max_ranks": -3}, "max_ranks must be 0"),
+        ({**SUBMIT, "qos": "hi\0gh"}, "submit_job: qos: the name of a QOS"),
+        ({"op": "resume_job", "job_id": 1, "row": -1}, "resume_job: row must be >= 0"),
         ({**SUBMIT, "env": {"A=B": "x"}}, "without '=' or NUL"),
         ({**SUBMIT, "env": {"A": "x\0y"}}, "without '=' or NUL"),
         ({**REGISTERED, "report_interval": 0}, "node_registered: report_interval must be positive"),

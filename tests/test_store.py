@@ -98,12 +98,12 @@ def test_every_field_survives_a_restart(db: Path, open_store: Opener) -> None:
     store = open_store(db)
     finished = store.add_job(spec(1), 10.0)
     running = store.add_job(spec(2, time_limit=None, env={}, output="", error=""), 11.0)
-    pending = store.add_job(spec(3), 12.0)
+    pending = store.add_job(spec(3, max_ranks=16, qos="high", priority=-2), 12.0)
     finished = advance(finished, JobState.STARTING, 20.0, placement=(("n1", 0),), row=0)
     finished = advance(finished, JobState.RUNNING, 21.0)
     finished = advance(finished, JobState.FAILED, 30.5, exit_code=137, reason="rank 0 killed by signal 9")
     running = advance(running, JobState.STARTING, 22.0, placement=(("n10", 3), ("n2", 0)), row=2)
-    running = advance(running, JobState.RUNNING, 23.0)
+    running = advance(running, JobState.RUNNING, 23.0, suspended_by=3, suspended_at=24.0, resumed_at=23.5)
     store.save_job(finished)
     store.save_job(running)
     store.close()
@@ -302,8 +302,42 @@ def test_pmi_names_and_hosts_of_placed_jobs_survive_a_restart(db: Path, open_sto
     assert again.wireups()[starting.id] == ("storm_2_12", (0, 1, 1))
 
 
+def downgrade_to_version_5(db: Path) -> None:
+    """What storm-mm wrote before preemption: no suspension columns, no range, QOS nor priority in specs."""
+    with closing(sqlite3.connect(db)) as other:
+        for column in ("suspended_by", "suspended_at", "resumed_at"):
+            other.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+        for job_id, blob in other.execute("SELECT id, spec FROM jobs").fetchall():
+            old = msgpack.unpackb(blob)
+            del old["max_ranks"], old["qos"], old["priority"]
+            other.execute("UPDATE jobs SET spec = ? WHERE id = ?", (msgpack.packb(old), job_id))
+        other.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+        other.commit()
+
+
+def test_a_version_5_store_is_migrated_in_place_and_keeps_a_suspension(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    running = advance(placed(store.add_job(spec(2), 1.0)), JobState.RUNNING, 2.0)
+    store.save_job(running)
+    store.close()
+    downgrade_to_version_5(db)
+    migrated = open_store(db)
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "6"
+    assert migrated.jobs() == [running]  # never suspended, a fixed size, normal QOS: as the older MM ran it
+    suspended = dataclasses.replace(running, suspended_by=9, suspended_at=3.5, reason="Suspended by job 9")
+    migrated.save_job(suspended)
+    moldable = migrated.add_job(spec(3, max_ranks=8, qos="high", priority=10), 4.0)
+    migrated.close()
+    again = open_store(db)
+    assert again.get_job(running.id) == suspended and again.get_job(moldable.id) == moldable
+    resumed = dataclasses.replace(suspended, suspended_by=None, suspended_at=None, resumed_at=6.0)
+    again.save_job(resumed)
+    assert again.get_job(running.id) == resumed
+
+
 def downgrade_to_version_4(db: Path) -> None:
     """What storm-mm wrote before it knew of tori: no box column."""
+    downgrade_to_version_5(db)
     with closing(sqlite3.connect(db)) as other:
         other.execute("ALTER TABLE jobs DROP COLUMN box")
         other.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
@@ -317,7 +351,7 @@ def test_a_version_4_store_is_migrated_in_place_and_a_box_is_kept(db: Path, open
     store.close()
     downgrade_to_version_4(db)
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "6"
     assert migrated.jobs() == [flat]  # placed by the older storm-mm: no box
     boxed = dataclasses.replace(flat, box=Box((3, 0, 7), (2, 4, 1)))
     migrated.save_job(boxed)
@@ -342,7 +376,7 @@ def test_a_version_3_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     store.close()
     downgrade_to_version_3(db)
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "6"
     assert migrated.wireups() == {starting.id: ("storm_1_ab", ())}  # every node a host of its own, as then
     migrated.save_wireup(starting.id, "storm_1_cd", (0, 0))
     assert migrated.wireups() == {starting.id: ("storm_1_cd", (0, 0))}
@@ -367,7 +401,7 @@ def test_a_version_2_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     downgrade_to_version_2(db)
     assert "kvsname" not in {row[1] for row in peek(db, "PRAGMA table_info(jobs)")}
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "6"
     assert migrated.jobs() == [queued, starting]
     assert migrated.wireups() == {}  # placed by the older storm-mm: its name was never kept
     migrated.save_wireup(starting.id, "storm_2_cd")
@@ -397,7 +431,7 @@ def test_a_version_1_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     downgrade_to_version_1(db)
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "6"
     assert migrated.get_job(old.id) == old  # not a --requeue job, never requeued
     job = migrated.add_job(spec(2, requeue=True), 2.0)
     migrated.save_job(dataclasses.replace(job, requeues=1))

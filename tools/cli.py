@@ -54,6 +54,23 @@ def parse_time_limit(text: str) -> float:
     return float(seconds)
 
 
+def parse_ranks(text: str) -> tuple[int, int]:
+    """``-n``: a number of ranks (``4``), or Slurm's range form (``4-16``) for a moldable job whose size
+    storm-mm picks when it starts it. Returns (least, most); most is 0 for a fixed size (as is ``4-4``)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if not match:
+        raise UsageError(f"-n {text}: give a number of ranks (4) or a range MIN-MAX (4-16)")
+    low = int(match[1])
+    high = int(match[2]) if match[2] is not None else low
+    if low < 1:
+        raise UsageError(f"-n {text}: a job needs at least 1 rank")
+    if high < low:
+        raise UsageError(f"-n {text}: the minimum ({low}) is larger than the maximum ({high})")
+    if high >= 2**31:
+        raise UsageError(f"-n {text}: too many ranks")
+    return low, (high if high > low else 0)
+
+
 # ---------------------------------------------------------------------------------------------- commands
 
 
@@ -100,20 +117,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("a command is required: storm submit -n RANKS -- COMMAND [ARGS...]")
-    if args.ranks < 1:
-        raise UsageError(f"-n must be at least 1, not {args.ranks}")
+    ranks, max_ranks = parse_ranks(args.ranks)
     cwd = os.getcwd()
     env = dict(os.environ)
     check_command(argv, env, cwd)
     time_limit = parse_time_limit(args.time) if args.time else None
     name = args.name or os.path.basename(argv[0])
     user = pwd.getpwuid(os.getuid()).pw_name
-    output = prepare_outputs(args.output or "storm-%j.out", args.ranks, cwd, user, name)
-    error = prepare_outputs(args.error, args.ranks, cwd, user, name) if args.error else ""
+    # Per-rank file names known now are truncated for the ranks the job will have at least.
+    output = prepare_outputs(args.output or "storm-%j.out", ranks, cwd, user, name)
+    error = prepare_outputs(args.error, ranks, cwd, user, name) if args.error else ""
+    extra: dict[str, object] = {"max_ranks": max_ranks} if max_ranks else {}
+    if args.qos:
+        extra["qos"] = args.qos
     with Client(args.mm) as client:
         job_id = client.submit(
-            argv, args.ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
-            requeue=args.requeue, hook=args.hook, **run_as(args.uid, args.gid),
+            argv, ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
+            requeue=args.requeue, hook=args.hook, **extra, **run_as(args.uid, args.gid),
         )  # fmt: skip
         print(job_id, flush=True)
         if not args.wait:
@@ -264,6 +284,31 @@ def local_topology(args: argparse.Namespace) -> tuple[int, tuple[int, int, int] 
     return nodes, dims
 
 
+def mm_settings(
+    pairs: list[str], policy: str = "batch", base: dict[str, object] | None = None
+) -> dict[str, object]:
+    """``storm local up --set KEY=VALUE``: [mm] settings, each VALUE in TOML (a bare word is a string),
+    checked as storm-mm will check them."""
+    import tomllib
+
+    from storm.mm.config import ConfigError, load
+
+    settings: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {pair}: give KEY=VALUE, an [mm] setting (storm-mm --help lists them)")
+        try:
+            settings[key.strip()] = tomllib.loads(f"value = {text}")["value"]
+        except tomllib.TOMLDecodeError:
+            settings[key.strip()] = text
+    try:
+        load(None, {"cluster": {"policy": policy}, "mm": {**(base or {}), **settings}})
+    except ConfigError as exc:
+        raise UsageError(f"--set: {exc}") from None
+    return settings
+
+
 def local_up(args: argparse.Namespace, directory: Path) -> int:
     from storm.tools.local_cluster import LocalCluster
 
@@ -276,6 +321,7 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     if mpl < 1 or args.slice_ms <= 0:
         raise UsageError("--mpl must be at least 1 and --slice-ms positive")
     settings: dict[str, object] = {"mpl": mpl, "slice": args.slice_ms / 1000}
+    settings.update(mm_settings(args.set or [], policy, settings))
     if dims is not None and mpl != 1:
         raise UsageError("a torus runs one job per node: --mpl must be 1")
     cluster = LocalCluster(
@@ -306,9 +352,26 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
 # ---------------------------------------------------------------------------------------------- parser
 
 
+SUBMIT_EPILOG = (
+    "A range (-n 4-16) makes the job moldable: storm-mm picks its size when it starts it, fewer ranks when "
+    "the queue is long, more when it is empty ([mm] moldable: rtc-ad or subset), and the ranks see it in "
+    "STORM_SIZE, PMI_SIZE and MPI_Comm_size. A running job never changes size and never moves: migration "
+    "and malleability need the application's cooperation (checkpoint, reconfiguration), which storm does "
+    "not have; only the simulator models them (storm sim reproduce lsf). --qos picks a quality of service "
+    "([mm] qos, qos_users): a higher priority goes first in the queue and, with [mm] preemption = "
+    "'suspend', may suspend running jobs of a lower one (they continue when it ends)."
+)
+
+
 def add_job_commands(sub: Any) -> None:
-    s = sub.add_parser("submit", help="submit a job", description="Submit a job; prints its id.")
-    s.add_argument("-n", "--ranks", type=int, required=True, help="number of MPI ranks (processes)")
+    s = sub.add_parser(
+        "submit", help="submit a job", description="Submit a job; prints its id.", epilog=SUBMIT_EPILOG
+    )
+    s.add_argument(
+        "-n", "--ranks", required=True, metavar="N|MIN-MAX",
+        help="number of MPI ranks (processes), or a range for a moldable job (storm-mm picks the size)",
+    )  # fmt: skip
+    s.add_argument("--qos", "-q", help="quality of service ([mm] qos; default normal)")
     s.add_argument("--name", "-J", help="job name (default: the command's name)")
     s.add_argument("--time", "-t", help="time limit: minutes, M:S, H:M:S, D-H:M:S, or 30s/5m/2h/1d")
     s.add_argument(
@@ -384,6 +447,10 @@ def add_cluster_commands(sub: Any) -> None:
     lo.add_argument("--policy", choices=p.POLICIES, default=p.Policy.BATCH, help="scheduling (default batch)")
     lo.add_argument("--mpl", type=int, help="rows of the matrix: jobs sharing a PE (default 2 but in batch)")
     lo.add_argument("--slice-ms", type=float, default=100.0, help="time slice in ms (gang, fcs; default 100)")
+    lo.add_argument(
+        "--set", action="append", metavar="KEY=VALUE",
+        help="an [mm] setting in TOML, e.g. preemption=suspend or 'qos={normal=0,high=10}' (repeatable)",
+    )  # fmt: skip
     lo.set_defaults(func=cmd_local)
     k = sub.add_parser(
         "keygen",

@@ -33,6 +33,21 @@ def elapsed(job: p.JobInfo, now: float) -> float | None:
     return (job.end_time or now) - job.start_time - job.suspended_time
 
 
+def ranks_text(job: p.JobInfo) -> str:
+    """A job's ranks: ``4``; a moldable one's range while it waits (``4-16``), then the size it got and the
+    range (``8 (4-16)``)."""
+    if not job.max_ranks:
+        return str(job.ranks)
+    if job.start_time is None:
+        return f"{job.min_ranks}-{job.max_ranks}"
+    return f"{job.ranks} ({job.min_ranks}-{job.max_ranks})"
+
+
+def state_text(job: p.JobInfo) -> str:
+    """SUSPENDED for a running job preemption holds stopped (its state is RUNNING), else its state."""
+    return "SUSPENDED" if job.suspended_by is not None and job.state == p.JobState.RUNNING else job.state
+
+
 def as_json(record: Any) -> Any:
     return dataclasses.asdict(record)
 
@@ -52,7 +67,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
     now = time.time()
     rows = [
         (
-            j.id, j.name[:20], j.user, j.state, j.ranks, format_duration(elapsed(j, now)),
+            j.id, j.name[:20], j.user, state_text(j), ranks_text(j), format_duration(elapsed(j, now)),
             format_duration(j.time_limit), ",".join(j.nodes) or "-",
             "-" if j.exit_code is None else j.exit_code, j.reason or "-",
         )
@@ -89,9 +104,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         for job in jobs:
             fields = [
                 ("JobId", job.id), ("Name", job.name), ("User", f"{job.user} ({job.uid})"),
-                ("State", job.state), ("Reason", job.reason or "-"),
+                ("State", state_text(job)), ("Reason", job.reason or "-"),
                 ("ExitCode", "-" if job.exit_code is None else job.exit_code),
-                ("Ranks", job.ranks), ("Nodes", ",".join(job.nodes) or "-"),
+                ("Ranks", ranks_text(job)), ("Nodes", ",".join(job.nodes) or "-"),
+                ("QOS", f"{job.qos or 'normal'} (priority {job.priority})"),
                 ("TimeLimit", format_duration(job.time_limit)),
                 ("RunTime", format_duration(elapsed(job, now))),
                 ("Suspended", format_duration(job.suspended_time)),
@@ -105,6 +121,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             ]  # fmt: skip
             if job.warning:
                 fields.insert(5, ("Warning", job.warning))
+            if job.suspended_by is not None:
+                fields.insert(5, ("SuspendedBy", job.suspended_by))
             if job.box is not None:  # a torus: the partition of whole nodes the job holds
                 fields.insert(
                     fields.index(("Row", "-" if job.row is None else job.row)), ("Box", str(job.box))

@@ -12,6 +12,7 @@ import time
 
 from storm.mm import protocol as p
 from storm.tools.client import Client
+from storm.tools.views import ranks_text, state_text
 
 COLOURS: dict[str, str] = {p.Klass.CS: "\033[42;30m", p.Klass.F: "\033[43;30m", p.Klass.DC: "\033[44;37m"}
 RESET = "\033[0m"
@@ -47,9 +48,10 @@ def frame(view: p.MatrixView, processes: tuple[p.RankStats, ...], jobs: list[p.J
     lines += ["", f"{'JOBID':<6} {'NAME':<16} {'USER':<10} {'STATE':<10} {'RANKS':>5}  NODES / REASON"]
     for job in jobs:
         where = ",".join(job.nodes) if p.JobState(job.state).active else job.reason or "-"
-        lines.append(
-            f"{job.id:<6} {job.name[:16]:<16} {job.user[:10]:<10} {job.state:<10} {job.ranks:>5}  {where}"
-        )
+        if job.suspended_by is not None:
+            where = f"{where} ({job.reason})"
+        state, ranks = state_text(job), ranks_text(job)
+        lines.append(f"{job.id:<6} {job.name[:16]:<16} {job.user[:10]:<10} {state:<10} {ranks:>5}  {where}")
     if not jobs:
         lines.append("(no pending or running jobs)")
     return "\n".join(lines)
