@@ -159,7 +159,7 @@ def command(args: argparse.Namespace) -> int:
     loads = _values(args.loads, PAPER_LOADS + BEYOND)
     setups = []
     for trace in args.traces:
-        path = str(Path(trace).absolute())
+        path = str(Path(trace).resolve())
         setups.append(Setup(path, file_sha256(path), args.jobs, args.migration_cost))
     workers = args.workers or len(os.sched_getaffinity(0))
     points = run_sweep(setups, labels, loads, args.dir, workers=workers, progress=stderr_progress)

@@ -136,7 +136,7 @@ def setup_from(args: argparse.Namespace) -> Any:
         if not args.wakeup_us >= 0:
             raise ValueError("--wakeup-us: a number of microseconds, at least 0")
         calibration = dataclasses.replace(calibration, wakeup_ns=round(args.wakeup_us * 1000))
-    trace = str(Path(args.trace).absolute()) if args.trace else None
+    trace = str(Path(args.trace).resolve()) if args.trace else None
     return Setup(
         count=args.count, seed=args.seed, span_s=args.span, mix=args.mix, trace=trace,
         trace_sha256=file_sha256(trace) if trace else None, sizes=args.sizes, nodes=args.nodes,
