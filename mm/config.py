@@ -59,6 +59,12 @@ class MMConfig:
     # Gang scheduling's heartbeats go out here, one per time slice.
     heartbeat_endpoint: str = "tcp://*:6818"
     slice: float = 0.1
+    # Each heartbeat names the instant its slot begins, this long after it is sent (seconds): every node
+    # whose clock agrees with the MM's switches then, not when the heartbeat arrives, so that nodes switch
+    # together whatever the delivery took. It must cover delivery to the last node (a late one switches on
+    # arrival and counts it); at most half a slice is used. 0: heartbeats name no instant, and nodes switch
+    # on arrival (clocks not trusted).
+    switch_lead: float = 0.005
     node_timeout: float = 10.0
     mpl: int = 1
     # What may start ahead of the first job that does not fit: easy (EASY backfilling, without delaying that
@@ -150,6 +156,12 @@ class NMConfig:
     realtime: bool = True
     # Without a heartbeat for this long (seconds; 0: ten time slices, at least one second) every rank runs.
     heartbeat_timeout: float = 0.0
+    # This node's clock agrees with the MM's (chrony, PTP): switch at the instant a heartbeat names. False:
+    # switch when a heartbeat arrives, as the MM's clock is not to be trusted here.
+    synchronized_clock: bool = True
+    # How far behind the MM's this node's clock may be (seconds): a heartbeat whose instant lies further
+    # ahead than the MM's lead plus this is switched on arrival and counted (skewed_beats in storm nodes).
+    clock_tolerance: float = 0.002
     # Append one line per heartbeat (seq, sent, received, switched) to this file, for benchmarks.
     trace: str = ""
     # Profile where each rank's time goes, per class (a /proc read per rank per slice): storm stats --profile.
@@ -297,6 +309,10 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError("mm.slice must be between 0.001 and 60 seconds")
     if config.nm.heartbeat_timeout < 0:
         raise ConfigError("nm.heartbeat_timeout must not be negative")
+    if not 0 <= config.mm.switch_lead <= 1.0:
+        raise ConfigError("mm.switch_lead must be between 0 (switch on arrival) and 1 second")
+    if not 0 <= config.nm.clock_tolerance <= 1.0:
+        raise ConfigError("nm.clock_tolerance must be between 0 and 1 second")
     try:  # FCS's constants are checked where they are defined, as the nodes will check them
         config.fcs_parameters()
     except ProtocolError as exc:

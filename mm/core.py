@@ -161,12 +161,16 @@ class Controller:
         return self.runs.pass_due
 
     def heartbeat(self, now: float) -> list[Effect]:
-        """The next time slice under gang scheduling (nothing in batch): call it once per slice."""
+        """The next time slice under gang scheduling (nothing in batch): call it once per slice.
+
+        It names the instant its slot begins on every node, ``[mm] switch_lead`` from ``now`` (at most half
+        a slice), so that nodes switch together rather than as it reaches each (0: on arrival)."""
         cycle = self.runs.cycle
         if cycle is None:
             return []
         rows = {job_id: placement.row for job_id, placement in self.runs.matrix.jobs().items()}
         row = cycle.advance(now, self.runs.matrix.occupied_rows(), rows)
+        lead = min(self.config.switch_lead, cycle.slice / 2)
         beat = p.Heartbeat(
             epoch=self.mm_epoch,
             seq=cycle.seq,
@@ -174,6 +178,7 @@ class Controller:
             sent=now,
             slice=cycle.slice,
             resets=cycle.resets,
+            at=now + lead if lead > 0 else 0.0,
         )
         return [Publish(beat)]
 
@@ -361,6 +366,7 @@ class Controller:
             msg.switch_p50_ms,
             msg.switch_p99_ms,
         )
+        node.late_beats, node.skewed_beats = msg.late_beats, msg.skewed_beats
         was_draining = bool(node.stale)
         node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
         echoes_over = self.runs.echoes.heard(msg.node, msg.jobs)

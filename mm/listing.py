@@ -87,6 +87,8 @@ def node_infos(
                 switch_p50_ms=n.switch_p50_ms,
                 switch_p99_ms=n.switch_p99_ms,
                 coords=places.get(n.name, ()),
+                late_beats=n.late_beats,
+                skewed_beats=n.skewed_beats,
             )
         )
     return infos

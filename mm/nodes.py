@@ -32,6 +32,9 @@ class Node:
     switches: int = 0
     switch_p50_ms: float = 0.0
     switch_p99_ms: float = 0.0
+    # Heartbeats it switched on arrival rather than at their instant, as its NM last reported them.
+    late_beats: int = 0
+    skewed_beats: int = 0
 
     def record(self) -> NodeRecord:
         return NodeRecord(

@@ -291,6 +291,10 @@ class NodeInfo:
     switch_p99_ms: float = 0.0
     # On a torus: its place (x, y, z); empty on a flat network or for a node that has none.
     coords: tuple[int, ...] = ()
+    # Heartbeats that named an instant (Heartbeat.at) the node could not wait for: arrived after it (slow
+    # delivery, or the node's clock ahead), or too far before it (its clock behind): switched on arrival.
+    late_beats: int = 0
+    skewed_beats: int = 0
 
     def __post_init__(self) -> None:
         _check(self.state in NODE_STATES, f"unknown node state {self.state!r}")
@@ -691,6 +695,9 @@ class NodeStatus(Message):
     # Those of them it holds suspended (suspend_job): the MM sends suspend_job or resume_job again where it
     # disagrees (one of them was lost, or the NM restarted).
     suspended: tuple[int, ...] = ()
+    # Heartbeats it switched on arrival instead of at their instant (NodeInfo.late_beats, skewed_beats).
+    late_beats: int = 0
+    skewed_beats: int = 0
 
 
 @message("heartbeat")
@@ -700,6 +707,8 @@ class Heartbeat(Message):
 
     ``epoch`` is the MM's (it changes when the MM restarts); ``seq`` grows by one per heartbeat. ``sent`` is
     the MM's clock when it sent it (delivery latency, on one host), ``slice`` the time until the next one.
+    ``at`` is the instant (the MM's wall clock, ``[mm] switch_lead`` after ``sent``) at which the slot begins
+    on every node whose clock agrees with the MM's; 0 (an older MM, or ``switch_lead = 0``): on arrival.
     """
 
     epoch: str
@@ -710,10 +719,12 @@ class Heartbeat(Message):
     # FCS: jobs whose processes return to CS at the end of the slot that just ended (every tslots_max of
     # their slots), announced here so that every node resets them in the same slot.
     resets: tuple[int, ...] = ()
+    at: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.seq >= 0 and self.row >= 0, "seq and row must be >= 0")
         _check(0 < self.slice <= 60, "slice must be in (0, 60] seconds")
+        _check(self.at == 0 or 0 <= self.at - self.sent <= self.slice, "at: within a slice after sent, or 0")
 
 
 @message("job_stats")

@@ -56,7 +56,7 @@ from storm.nm.monitor import Monitor
 from storm.nm.node import Node, Outcome
 from storm.nm.processes import LinuxProcesses, Processes
 from storm.nm.switch_check import verify
-from storm.nm.switcher import SwitchCheck
+from storm.nm.switcher import SwitchCheck, TraceLine
 
 log = logging.getLogger("storm.nm")
 
@@ -64,6 +64,9 @@ log = logging.getLogger("storm.nm")
 REGISTER_RETRY_SECONDS = 1.0
 STOP_WAIT_SECONDS = 5.0
 TICK_SECONDS = 0.1
+# The event loop's timers wake up to a millisecond late (epoll's timeout is in whole milliseconds): a slot's
+# timer fires this long before its instant, and the rest is slept (see _arm_slot).
+SLOT_EARLY = 0.0015
 
 
 class NodeManager:
@@ -106,10 +109,14 @@ class NodeManager:
             config.nm, self.name, self.cpus, self.run_dir, epoch=uuid.uuid4().hex, processes=self.os,
             measurements=Monitor(self.os, self.name), address=socket.gethostname(), host=config.node_host(),
             cluster=cluster_token(config.cluster.name, config.nm.mm),
-            trace=self.trace.write if self.trace is not None else None,
+            trace=self._write_trace if self.trace is not None else None,
         )  # fmt: skip
         self.jobs = self.node.jobs
         self._verifying: asyncio.Task[None] | None = None
+
+    def _write_trace(self, line: TraceLine) -> None:
+        assert self.trace is not None
+        self.trace.write(line.format())
 
     def _keys(self) -> None:
         """CURVE on both links to the MM (requests and heartbeats), before they connect; see mm/auth.py."""
@@ -213,6 +220,28 @@ class NodeManager:
             self._verifying = loop.create_task(self._verify(out.check))
         if out.report_now:
             self.wake_reporter.set()
+        if out.slot is not None:
+            self._arm_slot(*out.slot)
+
+    def _arm_slot(self, seq: int, at: float) -> None:
+        """Begin the slot of heartbeat ``seq`` at the wall-clock instant ``at``. The loop's timer fires
+        SLOT_EARLY before it (converted to the loop's monotonic clock now: the instant is the MM's wall
+        clock), and the callback sleeps what is left, which the kernel times to tens of microseconds at
+        SCHED_FIFO (no timer slack): the loop is blocked for about a millisecond per slice, the price of
+        switching on time."""
+        loop = asyncio.get_running_loop()
+        loop.call_at(loop.time() + (at - time.time()) - SLOT_EARLY, self._slot_due, seq, at)
+
+    def _slot_due(self, seq: int, at: float) -> None:
+        left = at - time.time()
+        if left > 0:
+            time.sleep(left)
+        try:
+            out = self.node.begin_slot(seq, time.time())
+        except Exception:
+            log.exception("error while beginning the slot of heartbeat %d; carrying on", seq)
+            return
+        self._background(self._carry_out(out))
 
     async def _verify(self, check: SwitchCheck) -> None:
         self.node.switch_checked(check, await verify(self.os, check))

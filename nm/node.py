@@ -11,7 +11,10 @@ CURVE, the reporter's timer, pidfd watches and shutdown.
 
 A time slice reads as one line (:meth:`Node.heartbeat`): sample the measurements, classify the processes
 of the row whose slot ended (FCS), decide the switch for the policy (nm/fcs.py ``decide``), apply it. A
-class change is reported to the MM at once, not with the next periodic report.
+class change is reported to the MM at once, not with the next periodic report. When the heartbeat names the
+instant its slot begins (and this node trusts its clock, ``[nm] synchronized_clock``), all of that waits
+for the instant: the outcome asks the driver to call :meth:`Node.begin_slot` then (nm/gang.py says when a
+node does not wait).
 
 One record per job on the node (:class:`storm.nm.local_jobs.LocalJob`); forgetting a job is one call
 (:meth:`Node.forget`), which drops it from every table that follows it.
@@ -37,7 +40,7 @@ from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Measurements
 from storm.nm.processes import Processes
 from storm.nm.profile import Profiler
-from storm.nm.switcher import ContextSwitcher, SwitchCheck
+from storm.nm.switcher import ContextSwitcher, SwitchCheck, TraceLine
 
 log = logging.getLogger("storm.nm")
 
@@ -55,6 +58,8 @@ class Outcome:
     watch: list[LocalJob] = field(default_factory=list)
     check: SwitchCheck | None = None
     report_now: bool = False  # register (again) or report without waiting for the reporter's interval
+    # A slot to begin at a wall-clock instant: (heartbeat seq, instant); call Node.begin_slot(seq) then.
+    slot: tuple[int, float] | None = None
 
 
 @dataclass
@@ -92,7 +97,7 @@ class Node:
         address: str = "",
         host: str = "",
         cluster: str = "",
-        trace: Callable[[str], object] | None = None,
+        trace: Callable[[TraceLine], object] | None = None,
     ) -> None:
         self.config = config
         self.name = name
@@ -109,6 +114,8 @@ class Node:
         )
         self.classifier = Classifier(name, measurements, self.switcher)
         self.profiler = Profiler(name) if config.profile else None
+        # A heartbeat accepted whose instant has not come yet, and the wall clock when it arrived.
+        self.pending: tuple[p.Heartbeat, float] | None = None
         self.local = LocalJobs(
             config, name, cpus, run_dir, processes=processes, switcher=self.switcher, monitor=measurements,
             profiler=self.profiler, cluster=cluster,
@@ -141,6 +148,7 @@ class Node:
                 launched=tuple(j.job_id for j in self.jobs.values() if j.ranks_known and j.done is None),
                 switches=switches, switch_p50_ms=p50, switch_p99_ms=p99,
                 suspended=tuple(j.job_id for j in self.jobs.values() if j.suspended and j.done is None),
+                late_beats=self.follower.late, skewed_beats=self.follower.skewed,
             )
         ]  # fmt: skip
         for job in list(self.jobs.values()):
@@ -263,7 +271,8 @@ class Node:
     # ---------------------------------------------------------------------------------------------- slices
 
     def heartbeat(self, beat: p.Heartbeat, now: float, wall: float) -> Outcome:
-        """A heartbeat (``now`` monotonic, ``wall`` the wall clock its sending time is in)."""
+        """A heartbeat arrived (``now`` monotonic, ``wall`` the wall clock its times are in). Its slot begins
+        now, or at the instant it names (``Outcome.slot``: the driver then calls :meth:`begin_slot`)."""
         out = Outcome()
         if not self.following.cycles:
             return out
@@ -273,15 +282,45 @@ class Node:
             else:  # a restarted MM's, until this NM has registered with it
                 log.debug("ignored heartbeat %d of storm-mm %s", beat.seq, beat.epoch[:8])
             return out
+        if self.pending is not None:  # its instant has not come, and the next slot has: it begins now
+            self._begin(*self.pending, wall, out)
+            self.pending = None
+        wait = (
+            self.follower.wait(beat, wall, self.config.clock_tolerance)
+            if self.config.synchronized_clock
+            else 0
+        )
+        if wait > 0:
+            self.pending = (beat, wall)
+            out.slot = (beat.seq, beat.at)
+        else:
+            self._begin(beat, wall, wall, out)
+        return out
+
+    def begin_slot(self, seq: int, wall: float) -> Outcome:
+        """The instant of heartbeat ``seq`` has come (``wall``: the wall clock now): its slot begins, unless
+        it began already (a newer heartbeat arrived first)."""
+        out = Outcome()
+        if self.pending is not None and self.pending[0].seq == seq:
+            beat, received = self.pending
+            self.pending = None
+            self._begin(beat, received, wall, out)
+        return out
+
+    def _begin(self, beat: p.Heartbeat, received: float, wall: float, out: Outcome) -> None:
+        """A slot begins: sample, classify, switch (into ``out``)."""
         self.sample()  # first: who is inside a blocking call as the slice ends
         changed = (
             self.classifier.end_of_slot(self.switcher.active, beat.resets, now=wall)
             if self.following.classifies
             else set()
         )
-        out.check = self.switcher.switch(beat.row, now=wall, seq=beat.seq, sent=beat.sent)
+        switcher = self.switcher
+        check = switcher.switch(
+            beat.row, now=wall, seq=beat.seq, sent=beat.sent, received=received, at=beat.at
+        )
+        out.check = check or out.check  # a slot begun late, just before this one, may have signalled
         out.to_mm.extend(self.job_stats(job_id) for job_id in sorted(changed) if job_id in self.jobs)
-        return out
 
     def tick(self, now: float, wall: float) -> Outcome:
         """The clock (every 0.1 s): without heartbeats a slice of that length; with them, if they stopped for

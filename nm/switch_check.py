@@ -21,7 +21,7 @@ VERIFY_LIMIT = 0.5
 
 async def verify(processes: Processes, check: SwitchCheck) -> float:
     """Poll until the switch took effect; returns when (time.time()), or when the check gave up."""
-    deadline = check.received + VERIFY_LIMIT
+    deadline = (check.begun or check.received) + VERIFY_LIMIT
     pending = dict(check.expected)
     while pending:
         states = processes.states(list(pending))

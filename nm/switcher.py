@@ -39,18 +39,25 @@ Key = tuple[int, int]  # (job id, rank)
 
 @dataclass(frozen=True)
 class SwitchCheck:
-    """A switch whose signals went out: each signalled pid and whether it should now run."""
+    """A switch whose signals went out at ``begun``: each signalled pid and whether it should now run; the
+    heartbeat that asked for it (``seq`` -1: none) was received at ``received`` and named the instant ``at``
+    (0: none)."""
 
     expected: dict[int, bool]
     seq: int
     row: int | None
     sent: float | None
     received: float
+    at: float = 0.0
+    begun: float = 0.0
 
 
 @dataclass(frozen=True)
 class TraceLine:
-    """A line of the heartbeat trace (``[nm] trace``): seq row sent received done ranks (row -1: all run)."""
+    """A line of the heartbeat trace (``[nm] trace``): seq row sent received done ranks at begun (row -1: all
+    run). ``at`` is the instant the heartbeat named (0: none), ``begun`` when the switch's signals went out
+    (at that instant, or on arrival); a line of an older storm-nm has neither (``switched`` is then its
+    ``received``, when it switched)."""
 
     seq: int
     row: int
@@ -58,18 +65,29 @@ class TraceLine:
     received: float
     done: float
     ranks: int
+    at: float = 0.0
+    begun: float = 0.0
+
+    @property
+    def switched(self) -> float:
+        """When the switch began on the node."""
+        return self.begun or self.received
 
     def format(self) -> str:
-        return f"{self.seq} {self.row} {self.sent:.6f} {self.received:.6f} {self.done:.6f} {self.ranks}\n"
+        return (
+            f"{self.seq} {self.row} {self.sent:.6f} {self.received:.6f} {self.done:.6f} {self.ranks}"
+            f" {self.at:.6f} {self.begun:.6f}\n"
+        )
 
     @classmethod
     def parse(cls, line: str) -> TraceLine | None:
-        """A line as :meth:`format` wrote it; None for one still being written."""
+        """A line as :meth:`format` (or an older storm-nm) wrote it; None for one still being written."""
         fields = line.split()
-        if len(fields) != 6 or not line.endswith("\n"):
+        if len(fields) not in (6, 8) or not line.endswith("\n"):
             return None
-        seq, row, sent, received, done, ranks = fields
-        return cls(int(seq), int(row), float(sent), float(received), float(done), int(ranks))
+        seq, row, sent, received, done, ranks, *more = fields
+        at, begun = (float(v) for v in more) if more else (0.0, 0.0)
+        return cls(int(seq), int(row), float(sent), float(received), float(done), int(ranks), at, begun)
 
 
 @dataclass
@@ -101,7 +119,7 @@ class ContextSwitcher:
     def __init__(
         self,
         processes: Processes,
-        trace: Callable[[str], object] | None = None,  # takes each trace line (a file's write)
+        trace: Callable[[TraceLine], object] | None = None,  # takes each trace line
         *,
         on_switch: Callable[[int, int, bool], None] | None = None,
         set_wait: Callable[[int, int, bool], None] | None = None,
@@ -272,22 +290,40 @@ class ContextSwitcher:
     # ------------------------------------------------------------------------------------------- switching
 
     def switch(
-        self, active: int | None, *, now: float, seq: int = -1, sent: float | None = None
+        self,
+        active: int | None,
+        *,
+        now: float,
+        seq: int = -1,
+        sent: float | None = None,
+        received: float | None = None,
+        at: float = 0.0,
     ) -> SwitchCheck | None:
         """Make ``active`` the running row (None: every rank runs) at time ``now``; returns the signals to
-        check, None if nothing was signalled."""
+        check, None if nothing was signalled. A heartbeat's switch says when it was ``received`` (default
+        ``now``) and the instant ``at`` it named, for the trace."""
         self.active = active
         expected = self._apply(self.decide(active))
+        arrived = now if received is None else received
         if not expected:
-            self._record(seq, active, sent, now, now, ranks=0)
+            if self.trace is not None and seq >= 0:
+                self._record(TraceLine(seq, _row(active), sent or 0.0, arrived, now, 0, at, now))
             return None
         self.switches += 1
-        return SwitchCheck(expected=expected, seq=seq, row=active, sent=sent, received=now)
+        return SwitchCheck(
+            expected=expected, seq=seq, row=active, sent=sent, received=arrived, at=at, begun=now
+        )
 
     def checked(self, check: SwitchCheck, done: float) -> None:
         """The switch took effect at ``done`` (or its check gave up then)."""
-        self.durations.append(done - check.received)
-        self._record(check.seq, check.row, check.sent, check.received, done, ranks=len(check.expected))
+        begun = check.begun or check.received
+        self.durations.append(done - begun)
+        if self.trace is not None and check.seq >= 0:
+            line = TraceLine(
+                check.seq, _row(check.row), check.sent or 0.0, check.received, done, len(check.expected),
+                check.at, begun,
+            )  # fmt: skip
+            self._record(line)
 
     def _apply(self, decisions: dict[Key, Decision]) -> dict[int, bool]:
         """Signal what must change; return pid -> whether it should now run, for the check. Nothing
@@ -358,13 +394,10 @@ class ContextSwitcher:
                 self.os.set_group_nice(pid, nice)
                 self.group_nice[job_id] = nice
 
-    def _record(
-        self, seq: int, active: int | None, sent: float | None, received: float, done: float, *, ranks: int
-    ) -> None:
-        """One trace line: seq row sent received done ranks (row -1: every job runs)."""
-        if self.trace is not None and seq >= 0:
-            row = -1 if active is None else active
-            self.trace(TraceLine(seq, row, sent or 0.0, received, done, ranks).format())
+    def _record(self, line: TraceLine) -> None:
+        """One trace line (the caller checked that there is a trace)."""
+        assert self.trace is not None
+        self.trace(line)
 
     def stats(self) -> tuple[int, float, float]:
         """Switches so far, and the median and 99th percentile of their duration in milliseconds."""
@@ -372,3 +405,8 @@ class ContextSwitcher:
             return self.switches, 0.0, 0.0
         ms = sorted(d * 1000 for d in self.durations)
         return self.switches, statistics.median(ms), ms[min(len(ms) - 1, int(0.99 * len(ms)))]
+
+
+def _row(active: int | None) -> int:
+    """A trace line's row: -1 when every job runs."""
+    return -1 if active is None else active

@@ -52,11 +52,11 @@ def stopped(pid: int) -> bool | None:
 
 
 def switch_windows(trace: Path) -> list[tuple[float, float]]:
-    """(received, done) of every switch an NM traced that changed something."""
+    """(began, done) of every switch an NM traced that changed something."""
     windows = []
     for line in map(TraceLine.parse, trace.read_text().splitlines(keepends=True)):
         if line is not None and line.ranks:
-            windows.append((line.received, line.done + SLACK))
+            windows.append((line.switched, line.done + SLACK))
     return windows
 
 

@@ -306,6 +306,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return 0
 
 
+def switch_cell(n: p.NodeInfo) -> str:
+    """Context switches, their time to take effect, and heartbeats not switched at their instant."""
+    cell = f"{n.switches} ({n.switch_p50_ms:.1f}/{n.switch_p99_ms:.1f} ms)" if n.switches else "-"
+    missed = [
+        f"{count} {what}" for count, what in ((n.late_beats, "late"), (n.skewed_beats, "skewed")) if count
+    ]
+    return f"{cell}, {', '.join(missed)}" if missed else cell
+
+
 def cmd_nodes(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
         nodes = client.nodes()
@@ -322,7 +331,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             n.pes,
             n.pes_used,
             ",".join(map(str, n.jobs)) or "-",
-            f"{n.switches} ({n.switch_p50_ms:.1f}/{n.switch_p99_ms:.1f} ms)" if n.switches else "-",
+            switch_cell(n),
             n.address or "-",
             n.reason or "-",
         )

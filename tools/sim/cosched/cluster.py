@@ -126,10 +126,11 @@ def mm_policy(policy: str, costs: Costs) -> str:
 def mm_config(policy: str, mpl: int, slice_s: float) -> MMConfig:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}: one of {', '.join(POLICIES)}")
-    # Simulated nodes never go silent and end on their own: liveness and kill timeouts never fire.
+    # Simulated nodes never go silent and end on their own: liveness and kill timeouts never fire. Messages
+    # take no time, so a heartbeat's slot begins as it arrives, on every node at once: it names no instant.
     return MMConfig(
         mpl=1 if policy == "batch" else mpl, slice=slice_s, backfill="easy", node_timeout=math.inf,
-        kill_timeout=math.inf,
+        kill_timeout=math.inf, switch_lead=0.0,
     )  # fmt: skip
 
 
