@@ -121,7 +121,7 @@ class Controller:
         with self.store.transaction():
             for node in self.registry.expire(now):
                 log.warning("node %s is DOWN: %s", node.name, node.reason)
-                self.store.save_node(node.record())
+                self.store.save_node(node.unsaved() or node.record())
                 runs.echoes.forget_node(node.name)
                 # The node keeps its matrix columns (no new job goes to a node that is not UP), and a lost
                 # job keeps its PEs elsewhere until those nodes confirm its ranks are gone.
@@ -319,7 +319,9 @@ class Controller:
         except ValueError:
             node.pes = runs.matrix.nodes()[msg.node]
             log.warning("node %s reports %d PEs but jobs occupy its %d: kept", msg.node, msg.pes, node.pes)
-        self.store.save_node(node.record())
+        record = node.unsaved()
+        if record is not None:
+            self.store.save_node(record)
         listed = set(msg.jobs)
         for job in list(runs.active.values()):
             track = runs.tracking[job.id]

@@ -104,6 +104,7 @@ class Matrix:
         self._mpl = mpl
         self._nodes: dict[str, int] = {}
         self._order: list[str] = []  # node names in natural order, kept so searches need not sort
+        self._sort_keys: dict[str, tuple[tuple[str | int, ...], str]] = {}  # node_sort_key, made once
         # Per row, per node: PE index -> job id. Grouping by node lets a search count a node's free PEs
         # without visiting every column.
         self._rows: list[dict[str, dict[int, int]]] = [{} for _ in range(mpl)]
@@ -124,20 +125,35 @@ class Matrix:
     def add_node(self, node: str, pes: int) -> None:
         """Add a node's columns, or re-add a node that came back.
 
-        Re-adding with the same PE count changes nothing. A different count (the node was reconfigured) is
-        accepted only while no job occupies the node, since a running job may hold a PE that would vanish.
+        Re-adding with the same PE count changes nothing (O(1)). A different count (the node was
+        reconfigured) is accepted only while no job occupies the node, since a running job may hold a PE
+        that would vanish. A new node costs O(n + PEs) for n nodes (the free counts are rebuilt, as node
+        indices shift): add many at once with :meth:`add_nodes`.
         """
-        if not node:
-            raise ValueError("a node needs a name")
-        if pes < 1:
-            raise ValueError(f"node {node} must have at least one PE, not {pes}")
-        current = self._nodes.get(node)
-        if current == pes:
+        self.add_nodes({node: pes})
+
+    def add_nodes(self, nodes: dict[str, int]) -> None:
+        """:meth:`add_node` for each, all checked first (nothing changes if one is refused), the free counts
+        rebuilt once: O(n log n + PEs) for all (a restarted MM's thousand nodes, not a thousand times n)."""
+        changed = {}
+        for node, pes in nodes.items():
+            if not node:
+                raise ValueError("a node needs a name")
+            if pes < 1:
+                raise ValueError(f"node {node} must have at least one PE, not {pes}")
+            current = self._nodes.get(node)
+            if current == pes:
+                continue
+            if current is not None and any(node in row for row in self._rows):
+                raise ValueError(f"node {node} runs jobs: cannot change its PE count from {current} to {pes}")
+            changed[node] = pes
+        if not changed:
             return
-        if current is not None and any(node in row for row in self._rows):
-            raise ValueError(f"node {node} runs jobs: cannot change its PE count from {current} to {pes}")
-        self._nodes[node] = pes
-        self._order = sorted(self._nodes, key=node_sort_key)
+        for node in changed:
+            if node not in self._nodes:
+                self._sort_keys[node] = node_sort_key(node)
+        self._nodes.update(changed)
+        self._order = sorted(self._nodes, key=self._sort_keys.__getitem__)
         self._recount()
 
     def nodes(self) -> dict[str, int]:

@@ -8,6 +8,7 @@ Nor is a new job placed on a node that is still stopping ranks of jobs that alre
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from storm.mm.states import NodeState
@@ -35,6 +36,8 @@ class Node:
     # Heartbeats it switched on arrival rather than at their instant, as its NM last reported them.
     late_beats: int = 0
     skewed_beats: int = 0
+    # What the store holds of it (None: nothing yet), to write it only when that changes (see unsaved).
+    saved: NodeRecord | None = None
 
     def record(self) -> NodeRecord:
         return NodeRecord(
@@ -45,6 +48,16 @@ class Node:
             address=self.address,
             last_seen=self.last_seen,
         )
+
+    def unsaved(self) -> NodeRecord | None:
+        """Its record, if the store's differs in more than the time it was last seen (a restarted MM gives
+        every node a fresh timeout, so that time is never read back); None if there is nothing to write.
+        A thousand node managers registering again after an MM restart then cost no commit."""
+        record = self.record()
+        if self.saved is not None and dataclasses.replace(self.saved, last_seen=record.last_seen) == record:
+            return None
+        self.saved = record
+        return record
 
 
 class NodeRegistry:
@@ -63,6 +76,7 @@ class NodeRegistry:
                 last_seen=now,
                 address=r.address,
                 reason=r.reason,
+                saved=r,
             )
 
     def register(

@@ -13,10 +13,10 @@ import os
 PRIORITY = 10  # low among real-time priorities: above every ordinary process, below kernel threads
 
 
-def request_realtime() -> str:
+def request_realtime(priority: int = PRIORITY) -> str:
     """Switch the calling thread to SCHED_FIFO if allowed; return what happened, for the log."""
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(PRIORITY))
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
     except (PermissionError, OSError) as exc:
         return f"ordinary priority (real-time refused: {exc.strerror or exc})"
-    return f"real-time priority SCHED_FIFO {PRIORITY}"
+    return f"real-time priority SCHED_FIFO {priority}"

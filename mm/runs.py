@@ -227,8 +227,8 @@ class RunTable:
     def recover(self, now: float) -> None:
         """Rebuild the table from the store after a restart: queued jobs wait, placed jobs keep their PEs
         until their nodes report (the Controller then writes off those on nodes that were DOWN)."""
-        for node in self.registry.all():
-            self.matrix.add_node(node.name, node.pes)  # DOWN ones too: they may come back
+        # DOWN ones too: they may come back. All at once: one rebuild of the free counts, not one per node.
+        self.matrix.add_nodes({node.name: node.pes for node in self.registry.all()})
         barriers = self.store.barriers()
         node_exits = self.store.node_exits()  # nodes that had finished their part of a running job
         wireups = self.store.wireups()

@@ -320,7 +320,8 @@ class Node:
             beat.row, now=wall, seq=beat.seq, sent=beat.sent, received=received, at=beat.at
         )
         out.check = check or out.check  # a slot begun late, just before this one, may have signalled
-        out.to_mm.extend(self.job_stats(job_id) for job_id in sorted(changed) if job_id in self.jobs)
+        if changed:
+            out.to_mm.extend(self.job_stats(job_id) for job_id in sorted(changed) if job_id in self.jobs)
 
     def tick(self, now: float, wall: float) -> Outcome:
         """The clock (every 0.1 s): without heartbeats a slice of that length; with them, if they stopped for

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 from storm.mm.protocol import FcsParameters, Policy
 from storm.nm.fcs import Decision, Klass, Process, decide
@@ -52,12 +53,12 @@ class SwitchCheck:
     begun: float = 0.0
 
 
-@dataclass(frozen=True)
-class TraceLine:
+class TraceLine(NamedTuple):
     """A line of the heartbeat trace (``[nm] trace``): seq row sent received done ranks at begun (row -1: all
     run). ``at`` is the instant the heartbeat named (0: none), ``begun`` when the switch's signals went out
     (at that instant, or on arrival); a line of an older storm-nm has neither (``switched`` is then its
-    ``received``, when it switched)."""
+    ``received``, when it switched). A tuple rather than a frozen dataclass: one is made per node per time
+    slice, and a thousand emulated nodes make theirs at the same instant (tools/emulator.py)."""
 
     seq: int
     row: int

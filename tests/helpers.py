@@ -73,17 +73,18 @@ def start_cluster(
     policy: str = "batch",
     trace: bool = False,
     topology: tuple[int, int, int] | None = None,
+    emulated: int = 0,
     **settings: object,
 ) -> LocalCluster:
-    """A local cluster (on a torus of ``nodes`` nodes with ``topology``); ``mm_x=``, ``nm_x=`` and ``fcs_x=``
-    keywords set [mm] x, [nm] x and [fcs] x."""
+    """A local cluster (on a torus of ``nodes`` nodes with ``topology``; with ``emulated`` emulated node
+    managers too); ``mm_x=``, ``nm_x=`` and ``fcs_x=`` keywords set [mm] x, [nm] x and [fcs] x."""
     mm = {k[3:]: v for k, v in settings.items() if k.startswith("mm_")}
     nm = {k[3:]: v for k, v in settings.items() if k.startswith("nm_")}
     fcs = {k[4:]: v for k, v in settings.items() if k.startswith("fcs_")}
     nm.setdefault("kill_grace", 1.0)
     cluster = LocalCluster(
         dir=directory, nodes=nodes, pes_per_node=pes_per_node, policy=policy, trace=trace, mm_settings=mm,
-        nm_settings=nm, fcs_settings=fcs, topology=topology,
+        nm_settings=nm, fcs_settings=fcs, topology=topology, emulated=emulated,
     )  # fmt: skip
     cluster.up()
     return cluster

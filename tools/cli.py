@@ -274,13 +274,13 @@ def local_topology(args: argparse.Namespace) -> tuple[int, tuple[int, int, int] 
     except ValueError as exc:
         raise UsageError(f"--topology: {exc}") from None
     if dims is None:
-        nodes = 2 if args.nodes is None else args.nodes
+        nodes = (0 if args.emulate else 2) if args.nodes is None else args.nodes
     else:
         nodes = dims[0] * dims[1] * dims[2]
         if args.nodes is not None and args.nodes != nodes:
             raise UsageError(f"--topology {args.topology} has {nodes} nodes, not --nodes {args.nodes}")
-    if nodes < 1:
-        raise UsageError("--nodes must be at least 1")
+    if nodes < 0 or args.emulate < 0 or nodes + args.emulate < 1:
+        raise UsageError("--nodes and --emulate must not be negative, and one of them at least 1")
     return nodes, dims
 
 
@@ -313,7 +313,7 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     from storm.tools.local_cluster import LocalCluster
 
     nodes, dims = local_topology(args)
-    pes = args.pes_per_node or max(1, len(os.sched_getaffinity(0)) // nodes)
+    pes = args.pes_per_node or (max(1, len(os.sched_getaffinity(0)) // nodes) if nodes else 1)
     policy = p.Policy(args.policy)
     mpl = args.mpl if args.mpl is not None else (1 if policy is p.Policy.BATCH or dims is not None else 2)
     if policy is p.Policy.BATCH and mpl != 1:
@@ -325,15 +325,20 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     if dims is not None and mpl != 1:
         raise UsageError("a torus runs one job per node: --mpl must be 1")
     cluster = LocalCluster(
-        dir=directory, nodes=nodes, pes_per_node=pes, policy=policy, mm_settings=settings, topology=dims
-    )
+        dir=directory, nodes=nodes, pes_per_node=pes, policy=policy, mm_settings=settings, topology=dims,
+        emulated=args.emulate,
+    )  # fmt: skip
     cluster.up()
     scheduling = {
         p.Policy.BATCH: "batch",
         p.Policy.SB: f"spin-block, MPL {mpl}",
     }.get(policy, f"{policy}, MPL {mpl}, {args.slice_ms:g} ms slices")
     shape = "" if dims is None else " on a {}x{}x{} torus (jobs get boxes of whole nodes)".format(*dims)
-    print(f"storm local cluster up: {nodes} node(s) x {pes} PE(s){shape}, {scheduling}, state in {directory}")
+    emulated = f" and {args.emulate} emulated (emu0...)" if args.emulate else ""
+    print(
+        f"storm local cluster up: {nodes} node(s){emulated} x {pes} PE(s){shape}, {scheduling}, state in"
+        f" {directory}"
+    )
     if directory != default_local_dir():
         print(f"  point the CLI at it with: export STORM_LOCAL_DIR={directory}")
     print("  try: storm submit -n 2 --wait -- python -m storm.tools.apps.hello")
@@ -440,6 +445,11 @@ def add_cluster_commands(sub: Any) -> None:
     lo.add_argument(
         "--topology", metavar="torus:XxYxZ",
         help="nodes on a torus, nodeI at x + X (y + Y z) = I: every job gets a box of them (default flat)",
+    )  # fmt: skip
+    lo.add_argument(
+        "--emulate", type=int, default=0, metavar="N",
+        help="also N emulated node managers: storm-nm's core with simulated ranks, many to a process "
+        "(a job runs as long as its command says: sleep N, true); with it --nodes defaults to 0",
     )  # fmt: skip
     lo.add_argument("--pes-per-node", "-P", type=int, default=0, help="PEs per node (default: CPUs / nodes)")
     lo.add_argument("--dir", help=f"state directory (default {default_local_dir()})")

@@ -6,6 +6,8 @@ Everything lives in one directory (``storm local up --dir``, default ``~/.local/
     local.json          pids (with their kernel start times) of the daemons, for `storm local down`
     mm/                 storm-mm's state: storm.db, mm.json (real endpoints), mm.log, mm.sock
     nodes/nodeI/        storm-nm's run directory; nodes/nodeI.log its log
+    emulated/           emulated node managers (``emulated``: emuI, tools/emulator.py): emulatorK.log, and
+                        each node's run directory
     keys/               CURVE keys (mode 0700): mm.key(_secret), nodeI.key(_secret), and the allowed
                         public keys in keys/nodes/ and keys/clients/ (see mm/auth.py)
 
@@ -16,6 +18,8 @@ the keys are made at the first ``up`` and kept, like the store. Each node's PEs 
 of this machine while there are enough.
 `storm local down` stops node managers with SIGUSR1, which stops their jobs too (SIGTERM would leave the jobs
 running for a restarted node manager to re-adopt, as ``systemctl restart storm-nm`` does on a real node).
+Emulated node managers (``storm local up --emulate N``) are storm-nm's core with simulated ranks, many to a
+process (tools/emulator.py), beside the real ones; they share one key pair (keys/emulated.key_secret).
 Tests use the same code (:class:`LocalCluster`) to start and tear down throwaway clusters.
 """
 
@@ -43,6 +47,7 @@ from storm.tools.client import Client, ClientError
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
+EMULATED_PER_PROCESS = 256  # emulated node managers an emulator process takes before another is started
 
 
 CLUSTER_NAME = "local"
@@ -96,8 +101,13 @@ class LocalCluster:
     keys: bool = True
     # A torus (X, Y, Z) of X Y Z nodes, nodeI at x + X (y + Y z) = I ([mm] topology and coordinates).
     topology: tuple[int, int, int] | None = None
+    # Emulated node managers emu0, emu1, ... (tools/emulator.py), in `emulator_processes` processes (0: one
+    # per CPU, and at most one per EMULATED_PER_PROCESS nodes), each with pes_per_node PEs.
+    emulated: int = 0
+    emulator_processes: int = 0
     mm: Daemon | None = None
     nms: list[Daemon] = field(default_factory=list)
+    emulators: list[Daemon] = field(default_factory=list)
     endpoint: str = ""
     node_endpoint: str = ""
     heartbeat_endpoint: str = ""
@@ -140,7 +150,21 @@ class LocalCluster:
         curve_client(sock, own, read_public_key(self.key_dir / "mm.key"))
 
     def node_names(self) -> list[str]:
-        return [f"node{i}" for i in range(self.nodes)]
+        """Every node's name: the real node managers', then the emulated ones'."""
+        return [f"node{i}" for i in range(self.nodes)] + self.emulated_names()
+
+    def emulated_names(self) -> list[str]:
+        return [f"emu{i}" for i in range(self.emulated)]
+
+    def emulator_groups(self) -> list[list[str]]:
+        """The emulated nodes of each emulator process."""
+        names = self.emulated_names()
+        if not names:
+            return []
+        cpus = len(os.sched_getaffinity(0))
+        count = self.emulator_processes or min(cpus, -(-len(names) // EMULATED_PER_PROCESS))
+        count = max(1, min(count, len(names)))
+        return [names[k::count] for k in range(count)]
 
     def torus_settings(self) -> dict[str, object]:
         """[mm] topology and coordinates for a torus cluster (none for a flat one)."""
@@ -258,6 +282,25 @@ class LocalCluster:
         daemon.stop_signal = signal.SIGUSR1
         return daemon
 
+    def start_emulator(self, index: int, names: list[str]) -> Daemon:
+        """Emulator process ``index``, running emulated node managers ``names`` (tools/emulator.py)."""
+        run_dir = self.dir / "emulated"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable, "-m", "storm.tools.emulator", "--config", str(self.config_path),
+            "--mm", self.node_endpoint, "--run-dir", str(run_dir), "--names", ",".join(names),
+            "--pes", str(self.pes_per_node),
+        ]  # fmt: skip
+        if self.trace:
+            argv += ["--emulator-trace", str(self.emulator_trace(index))]
+        if self.keys:
+            argv += ["--key", str(self.node_key("emulated"))]
+        return self._spawn(f"storm emulator {index}", argv, run_dir / f"emulator{index}.log")
+
+    def emulator_trace(self, index: int) -> Path:
+        """Emulator ``index``'s heartbeat trace: ``NODE`` and a trace line (nm/switcher.py) per line."""
+        return self.dir / "emulated" / f"trace{index}"
+
     def hook_segments(self, job_id: int) -> set[str]:
         """The job's mpihook segments in /dev/shm (this cluster's only: their names carry its token)."""
         prefix = f"storm-hook-{cluster_token(CLUSTER_NAME, self.node_endpoint)}-{job_id}-"
@@ -303,7 +346,7 @@ class LocalCluster:
         with self.client(timeout=5) as client:
 
             def registered() -> bool:
-                for d in self.nms:
+                for d in [*self.nms, *self.emulators]:
                     if not d.alive():
                         raise LocalClusterError(f"{d.name} exited during start-up:\n{tail(d.log)}")
                 up = {n.name for n in client.nodes() if n.state == NodeState.UP and not n.reason}
@@ -322,8 +365,9 @@ class LocalCluster:
         try:
             self.start_mm()
             self.nms = [self.start_nm(i) for i in range(self.nodes)]
+            self.emulators = [self.start_emulator(k, g) for k, g in enumerate(self.emulator_groups())]
             self.save()
-            self.wait_nodes_up(self.node_names())
+            self.wait_nodes_up(self.node_names(), START_TIMEOUT + self.emulated / 50)
         except BaseException:
             self.down()
             raise
@@ -339,8 +383,10 @@ class LocalCluster:
             "pes_per_node": self.pes_per_node,
             "policy": self.policy,
             "topology": self.topology,
+            "emulated": self.emulated,
             "mm": self.mm.__dict__ if self.mm else None,
             "nms": [d.__dict__ for d in self.nms],
+            "emulators": [d.__dict__ for d in self.emulators],
         }
         tmp = self.dir / "local.json.tmp"
         tmp.write_text(json.dumps(state, indent=1) + "\n")
@@ -356,11 +402,13 @@ class LocalCluster:
         cluster = cls(
             dir=directory, nodes=state["nodes"], pes_per_node=state["pes_per_node"], policy=state["policy"],
             topology=None if topology is None else (topology[0], topology[1], topology[2]),
+            emulated=state.get("emulated", 0),
         )  # fmt: skip
         cluster.endpoint, cluster.node_endpoint = state["endpoint"], state["node_endpoint"]
         cluster.heartbeat_endpoint = state.get("heartbeat_endpoint", "")
         cluster.mm = Daemon(**state["mm"]) if state["mm"] else None
         cluster.nms = [Daemon(**d) for d in state["nms"]]
+        cluster.emulators = [Daemon(**d) for d in state.get("emulators", [])]
         return cluster
 
     def running(self) -> bool:
@@ -368,7 +416,7 @@ class LocalCluster:
             other = LocalCluster.load(self.dir)
         except (LocalClusterError, ValueError, KeyError, TypeError):
             return False
-        return any(d.alive() for d in [*other.nms, *([other.mm] if other.mm else [])])
+        return any(d.alive() for d in [*other.nms, *other.emulators, *([other.mm] if other.mm else [])])
 
     # ------------------------------------------------------------------------------------------- down
 
@@ -386,8 +434,8 @@ class LocalCluster:
             wait_for(lambda: not any(d.alive() for d in daemons), 5.0, "daemons to die", interval=0.05)
 
     def down(self) -> None:
-        """Leaves first: the node managers stop their jobs and report, then the MM stops."""
-        self.stop(self.nms)
+        """Leaves first: node managers (real and emulated) stop their jobs and report, then the MM stops."""
+        self.stop([*self.nms, *self.emulators])
         if self.mm is not None:
             self.stop([self.mm])
         (self.dir / "local.json").unlink(missing_ok=True)
