@@ -27,7 +27,7 @@ from storm.mm.config import MMConfig
 from storm.mm.effects import Effect, Publish, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
-from storm.mm.listing import job_infos, matrix_view, node_infos
+from storm.mm.listing import job_infos, job_page, matrix_view, node_infos
 from storm.mm.nodes import DOWN, NodeRegistry
 from storm.mm.rights import Credentials, may_manage
 from storm.mm.runs import RunTable, spawn_counts
@@ -192,7 +192,7 @@ class Controller:
                 job = self._submit(self.job_spec(msg, caller), now, out)
                 return p.JobSubmitted(req=msg.req, job_id=job.id)
             case p.ListJobs():
-                return p.JobList(req=msg.req, jobs=tuple(self.job_infos(msg.job_ids, msg.all, now)))
+                return self._list_jobs(msg, now)
             case p.GetMatrix():
                 runs = self.runs
                 view = matrix_view(runs.matrix, runs.cycle, self.policy, self.config.slice, runs.torus)
@@ -255,6 +255,14 @@ class Controller:
                 results[str(job_id)] = "cancelled" if job_id not in runs.active else "cancelling"
         runs.want_pass()
         return results
+
+    def _list_jobs(self, msg: p.ListJobs, now: float) -> p.JobList:
+        """Jobs by id, the active ones, or (``all``) a page of the store's newest (see ListJobs)."""
+        if not msg.all or msg.job_ids:
+            return p.JobList(req=msg.req, jobs=tuple(self.job_infos(msg.job_ids, msg.all, now)))
+        page = min(msg.limit or p.LIST_PAGE, p.LIST_PAGE)
+        infos, older = job_page(self.runs, self.config.hang_warning, now, page, msg.before)
+        return p.JobList(req=msg.req, jobs=tuple(infos), older=older)
 
     # Queries: what the replies above are made of (tests read them directly too).
 

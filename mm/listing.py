@@ -23,7 +23,8 @@ def job_infos(
     everything: bool = False,
     now: float | None = None,
 ) -> list[JobInfo]:
-    """Jobs by id, or the active ones (all with ``everything``); ``now`` updates suspended times."""
+    """Jobs by id, or the active ones (all with ``everything``); ``now`` updates suspended times.
+    O(a log a) for a active jobs; with ``everything``, O(every job stored): see job_page."""
     live = {**runs.pending, **runs.active}
     if job_ids:
         jobs = [runs.job(i) for i in job_ids]
@@ -32,6 +33,27 @@ def job_infos(
         found = [live.get(j.id, j) for j in runs.store.jobs()]
     else:
         found = sorted(live.values(), key=lambda j: j.id)
+    return _infos(runs, found, hang_warning, now)
+
+
+def job_page(
+    runs: RunTable, hang_warning: float, now: float, page: int, before: int = 0
+) -> tuple[list[JobInfo], int]:
+    """The store's newest ``page`` jobs (of ids below ``before`` if given) and, with the first page
+    (``before`` 0), every active job, in order of id; and the id below which older ones remain (0: none).
+
+    O(page + a log a): the rows are read by the primary key, backwards, so a page of a long history costs
+    the page, not the history (``storm queue --all`` over 100,000 finished jobs held storm-mm for 4.5 s)."""
+    live = {**runs.pending, **runs.active}
+    rows = runs.store.jobs(newest=page + 1, before=before)  # one more than the page: are there older ones?
+    older = rows[1].id if len(rows) > page else 0  # oldest first: the extra one is dropped
+    stored = {j.id: live.get(j.id, j) for j in (rows[1:] if older else rows)}
+    if not before:
+        stored.update(live)
+    return _infos(runs, [stored[i] for i in sorted(stored)], hang_warning, now), older
+
+
+def _infos(runs: RunTable, found: list[Job], hang_warning: float, now: float | None) -> list[JobInfo]:
     infos = []
     for job in found:
         info = job.info()

@@ -105,10 +105,22 @@ class MemoryStore:
     def get_job(self, job_id: int) -> Job | None:
         return self._jobs.get(job_id)
 
-    def jobs(self, job_ids: Iterable[int] | None = None, *, active_only: bool = False) -> list[Job]:
+    def jobs(
+        self,
+        job_ids: Iterable[int] | None = None,
+        *,
+        active_only: bool = False,
+        newest: int = 0,
+        before: int = 0,
+    ) -> list[Job]:
         if job_ids is not None:
             return [self._jobs[i] for i in job_ids if i in self._jobs]
-        return [j for _, j in sorted(self._jobs.items()) if not active_only or j.state in _ACTIVE]
+        found = [
+            j
+            for i, j in sorted(self._jobs.items())
+            if (not active_only or j.state in _ACTIVE) and (not before or i < before)
+        ]
+        return found[-newest:] if newest else found
 
     # -- PMI barriers
 

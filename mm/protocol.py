@@ -500,16 +500,32 @@ class JobSubmitted(Reply):
 @message("list_jobs")
 @dataclass(frozen=True, kw_only=True)
 class ListJobs(Request):
-    """Jobs by id, or else the active ones (and the finished ones too with ``all``)."""
+    """Jobs by id, or else the active ones (and the finished ones too with ``all``).
+
+    With ``all`` the store's jobs come a page at a time, newest first: at most ``limit`` of them (0: the
+    MM's page, LIST_PAGE), those of ids below ``before`` if given (the next page: the reply's oldest id);
+    the active jobs come with the first page (``before`` 0). ``JobList.older`` says where the next begins.
+    """
 
     job_ids: tuple[int, ...] = ()
     all: bool = False
+    limit: int = 0
+    before: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.limit >= 0 and self.before >= 0, "limit and before must be >= 0")
+
+
+LIST_PAGE = 10_000  # finished jobs in one job_list at most: a million-job history is read page by page
 
 
 @message("job_list")
 @dataclass(frozen=True, kw_only=True)
 class JobList(Reply):
     jobs: tuple[JobInfo, ...]
+    # list_jobs with all: the store holds jobs older than this page, below this id (ask with before=older);
+    # 0: none.
+    older: int = 0
 
 
 @message("cancel_jobs")

@@ -56,8 +56,16 @@ class Storage(Protocol):
         ...
 
     def get_job(self, job_id: int) -> Job | None: ...
-    def jobs(self, job_ids: Iterable[int] | None = None, *, active_only: bool = False) -> list[Job]:
-        """Jobs by id, else all (PENDING, STARTING, RUNNING with ``active_only``) in order of id."""
+    def jobs(
+        self,
+        job_ids: Iterable[int] | None = None,
+        *,
+        active_only: bool = False,
+        newest: int = 0,
+        before: int = 0,
+    ) -> list[Job]:
+        """Jobs by id, else all (PENDING, STARTING, RUNNING with ``active_only``) in order of id; with
+        ``newest``, only that many, the newest (of ids below ``before`` if given)."""
         ...
 
     # -- PMI barriers

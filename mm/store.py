@@ -388,12 +388,25 @@ class Store:
         row = self._db.execute(query, (job_id,)).fetchone()
         return None if row is None else _row_to_job(row)
 
-    def jobs(self, job_ids: Iterable[int] | None = None, *, active_only: bool = False) -> list[Job]:
+    def jobs(
+        self,
+        job_ids: Iterable[int] | None = None,
+        *,
+        active_only: bool = False,
+        newest: int = 0,
+        before: int = 0,
+    ) -> list[Job]:
         if job_ids is not None:
             found = (self.get_job(i) for i in job_ids)
             return [j for j in found if j is not None]
-        where = f" WHERE state IN {_UNFINISHED}" if active_only else ""
-        query = f"SELECT {_JOB_COLUMNS} FROM jobs{where} ORDER BY id"  # noqa: S608 (constants only)
+        where = [f"state IN {_UNFINISHED}"] if active_only else []
+        if before:
+            where.append(f"id < {int(before)}")
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        if newest:  # by the primary key, backwards: a page of the newest costs its rows, not the table
+            query = f"SELECT {_JOB_COLUMNS} FROM jobs{clause} ORDER BY id DESC LIMIT {int(newest)}"  # noqa: S608
+            return [_row_to_job(r) for r in reversed(self._db.execute(query).fetchall())]
+        query = f"SELECT {_JOB_COLUMNS} FROM jobs{clause} ORDER BY id"  # noqa: S608 (constants only)
         rows = self._db.execute(query).fetchall()
         return [_row_to_job(r) for r in rows]
 

@@ -148,9 +148,10 @@ def cpu_percent(before: dict[str, float], after: dict[str, float], wall: float) 
 
 
 def cpu_seconds(cluster: LocalCluster) -> dict[str, float]:
-    """User + system CPU seconds of the MM ("mm") and of each NM (by node name) so far."""
+    """User + system CPU seconds of the MM ("mm") and of each NM (by node name; an emulator of many nodes
+    as emulatorK) so far."""
     assert cluster.mm is not None
-    pids = {"mm": cluster.mm.pid, **{d.name.split()[-1]: d.pid for d in cluster.nms}}
+    pids = {"mm": cluster.mm.pid, **{d.name.split()[-1]: d.pid for d in [*cluster.nms, *cluster.emulators]}}
     readings = {}
     for name, pid in pids.items():
         times = psutil.Process(pid).cpu_times()
@@ -202,14 +203,14 @@ def cpu_load(processes: int) -> Iterator[list[int]]:
 
 
 def read_traces(cluster: LocalCluster, after: float, timeout: float = 10.0) -> dict[str, list[TraceLine]]:
-    """Every NM's trace, once each has traced a heartbeat sent after ``after`` (the window is complete)."""
+    """Every NM's trace (real and emulated), once each has traced a heartbeat sent after ``after`` (the
+    window is complete)."""
     traces: dict[str, list[TraceLine]] = {}
 
     def complete() -> bool:
-        for node in cluster.node_names():
-            path = cluster.trace_path(node)
-            traces[node] = parse_trace(path.read_text()) if path.exists() else []
-        return all(lines and lines[-1].sent >= after for lines in traces.values())
+        traces.clear()
+        traces.update(cluster.trace_lines())
+        return all(lines and max(t.sent for t in lines) >= after for lines in traces.values())
 
     wait_for(complete, timeout, "every node manager to trace the window's last heartbeat")
     return traces

@@ -406,7 +406,14 @@ def add_job_commands(sub: Any) -> None:
 
 def add_view_commands(sub: Any) -> None:
     q = sub.add_parser("queue", help="list pending and running jobs")
-    q.add_argument("--all", "-a", action="store_true", help="include finished jobs")
+    q.add_argument("--all", "-a", action="store_true", help="include finished jobs (the newest --last)")
+    q.add_argument(
+        "--last",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="with --all: the newest N jobs (default 1000; 0: all)",
+    )
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=views.cmd_queue)
     sh = sub.add_parser("show", help="show jobs in detail")
@@ -481,7 +488,9 @@ def add_cluster_commands(sub: Any) -> None:
         "schedule: one scheduling pass over long queues, per backfill mode (in memory, no cluster); "
         "submit: submissions accepted per second from one client connection; "
         "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster); "
-        "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus"
+        "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus; "
+        "scale: issue 18's figures beside its goals (heartbeat spread, 1,024 emulated node managers, "
+        "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins)"
     )
     which = (
         "launch",
@@ -495,6 +504,7 @@ def add_cluster_commands(sub: Any) -> None:
         "submit",
         "sim",
         "torus",
+        "scale",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")

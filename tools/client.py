@@ -186,8 +186,20 @@ class Client:
         )
         return self.call(request, p.JobSubmitted).job_id
 
-    def jobs(self, job_ids: tuple[int, ...] = (), everything: bool = False) -> list[p.JobInfo]:
-        return list(self.call(p.ListJobs(job_ids=job_ids, all=everything), p.JobList).jobs)
+    def jobs(self, job_ids: tuple[int, ...] = (), everything: bool = False, last: int = 0) -> list[p.JobInfo]:
+        """Jobs by id, else the active ones; with ``everything`` the finished ones too: the newest ``last``
+        of them (0: every one), read a page at a time (storm-mm sends at most ListJobs' page at once)."""
+        if not everything or job_ids:
+            return list(self.call(p.ListJobs(job_ids=job_ids, all=everything), p.JobList).jobs)
+        found: dict[int, p.JobInfo] = {}
+        before = 0
+        while True:
+            limit = min(p.LIST_PAGE, max(1, last - len(found))) if last else 0
+            page = self.call(p.ListJobs(all=True, limit=limit, before=before), p.JobList)
+            found.update((job.id, job) for job in page.jobs)
+            if not page.older or (last and len(found) >= last):
+                return [found[i] for i in sorted(found)]
+            before = page.older
 
     def job(self, job_id: int) -> p.JobInfo:
         found = self.jobs((job_id,))

@@ -43,6 +43,7 @@ from storm.mm.keys import curve_client, read_keypair, read_public_key, write_key
 from storm.mm.protocol import NodeState, Policy
 from storm.mpihook.stats import cluster_token
 from storm.nm import procfs
+from storm.nm.switcher import TraceLine
 from storm.tools.client import Client, ClientError
 
 START_TIMEOUT = 30.0
@@ -295,11 +296,31 @@ class LocalCluster:
             argv += ["--emulator-trace", str(self.emulator_trace(index))]
         if self.keys:
             argv += ["--key", str(self.node_key("emulated"))]
-        return self._spawn(f"storm emulator {index}", argv, run_dir / f"emulator{index}.log")
+        return self._spawn(f"storm emulator{index}", argv, run_dir / f"emulator{index}.log")
 
     def emulator_trace(self, index: int) -> Path:
         """Emulator ``index``'s heartbeat trace: ``NODE`` and a trace line (nm/switcher.py) per line."""
         return self.dir / "emulated" / f"trace{index}"
+
+    def trace_lines(self) -> dict[str, list[TraceLine]]:
+        """Every node's heartbeat trace so far (with ``trace``), real and emulated: name -> its whole lines
+        (one still being written is left out)."""
+        traces: dict[str, list[TraceLine]] = {}
+        for index in range(self.nodes):
+            path = self.trace_path(f"node{index}")
+            text = path.read_text() if path.exists() else ""
+            found = (TraceLine.parse(line) for line in text.splitlines(keepends=True))
+            traces[f"node{index}"] = [line for line in found if line is not None]
+        for name in self.emulated_names():
+            traces[name] = []
+        for index in range(len(self.emulators)):
+            path = self.emulator_trace(index)
+            for line in path.read_text().splitlines(keepends=True) if path.exists() else ():
+                name, _, rest = line.partition(" ")
+                parsed = TraceLine.parse(rest)
+                if parsed is not None and name in traces:
+                    traces[name].append(parsed)
+        return traces
 
     def hook_segments(self, job_id: int) -> set[str]:
         """The job's mpihook segments in /dev/shm (this cluster's only: their names carry its token)."""

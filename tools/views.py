@@ -60,7 +60,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def cmd_queue(args: argparse.Namespace) -> int:
     with Client(args.mm) as client:
-        jobs = client.jobs(everything=args.all)
+        jobs = client.jobs(everything=args.all, last=args.last)
     if args.json:
         print(json.dumps([as_json(j) for j in jobs], indent=1))
         return 0
