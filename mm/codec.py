@@ -59,9 +59,21 @@ def registered_ops() -> dict[str, type[Message]]:
     return dict(_REGISTRY)
 
 
+# Values msgpack takes as they are, and each record type's field names: a job list of 10,000 records
+# asked dataclasses about every value of every field (half of the encoding's time).
+_SCALARS = frozenset((str, int, float, bool, bytes, type(None)))
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def _to_wire(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    names = _FIELDS.get(kind)
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(value))
+    if names is not None:
+        return {name: _to_wire(getattr(value, name)) for name in names}
     if isinstance(value, tuple | list):
         return [_to_wire(v) for v in value]
     if isinstance(value, dict):
@@ -100,10 +112,16 @@ def prepare_decoding() -> None:
             pending.extend(typing.get_args(hint))
 
 
+_SHAPES: dict[Any, tuple[Any, tuple[Any, ...]]] = {}  # hint -> (typing.get_origin, typing.get_args)
+
+
 def _convert(value: Any, hint: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
+    shape = _SHAPES.get(hint)
+    if shape is None:  # typing's functions cost more than the rest of a field's check: asked once per hint
+        shape = _SHAPES[hint] = (typing.get_origin(hint), typing.get_args(hint))
+    origin, args = shape
     if origin in (Union, types.UnionType):
-        options = typing.get_args(hint)
+        options = args
         if value is None and type(None) in options:
             return None
         errors = []
@@ -134,11 +152,11 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
         return value
     if origin is tuple:
         check(type(value) in (list, tuple), f"{where}: expected a list, got {type(value).__name__}")
-        (item,) = (a for a in typing.get_args(hint) if a is not Ellipsis)
+        (item,) = (a for a in args if a is not Ellipsis)
         return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
-        key_hint, value_hint = typing.get_args(hint)
+        key_hint, value_hint = args
         return {
             _convert(k, key_hint, f"{where} key"): _convert(v, value_hint, f"{where}[{k!r}]")
             for k, v in value.items()
@@ -148,15 +166,40 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
     raise TypeError(f"{where}: unsupported field type {hint!r}")  # a bug in this module, not bad input
 
 
+_DECODED: dict[type, tuple[tuple[str, Any, bool], ...]] = {}  # cls -> (field, its type, required)
+_INT_MIN, _INT_END = -(2**63), 2**63
+
+
 def _build(cls: type, value: Any, where: str) -> Any:
     check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
-    hints = _hints(cls)
+    decoded = _DECODED.get(cls)
+    if decoded is None:
+        hints = _hints(cls)
+        decoded = _DECODED[cls] = tuple(
+            (
+                f.name,
+                hints[f.name],
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        )
     kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in value:
-            kwargs[f.name] = _convert(value[f.name], hints[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ProtocolError(f"{where}: missing field {f.name!r}")
+    for name, hint, required in decoded:
+        if name in value:
+            item = value[name]
+            kind = type(item)
+            # The common valid cases first, without a call or the text of where the field is.
+            if (
+                (kind is str and hint is str)
+                or (kind is int and hint is int and _INT_MIN <= item < _INT_END)
+                or (kind is float and hint is float and math.isfinite(item))
+                or (kind is bool and hint is bool)
+            ):
+                kwargs[name] = item
+            else:
+                kwargs[name] = _convert(item, hint, f"{where}.{name}")
+        elif required:
+            raise ProtocolError(f"{where}: missing field {name!r}")
     try:
         return cls(**kwargs)
     except ProtocolError as exc:

@@ -45,7 +45,7 @@ from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
 from storm.mm.keys import KeyFileError, curve_server, read_keypair
 from storm.mm.limits import LogThrottle, RateLimits
 from storm.mm.lockfile import take_lock
-from storm.mm.net import Caller, bind, peer_credentials, watch_handshakes
+from storm.mm.net import Caller, bind, peer_credentials, raise_open_files, watch_handshakes
 from storm.mm.priority import request_realtime
 from storm.mm.rights import key_user
 from storm.mm.sd_notify import Notifier
@@ -99,6 +99,7 @@ class MachineManager:
         )  # fmt: skip
         recovered = self.core.recover(time.time())
         self.priority = request_realtime() if config.mm.realtime else "ordinary priority"
+        self.open_files = raise_open_files()  # two connections per node manager
         self.ctx = zmq.asyncio.Context()  # after the priority: its I/O thread inherits it
         self.clients = self.ctx.socket(zmq.ROUTER)
         self.nodes = self.ctx.socket(zmq.ROUTER)
@@ -194,8 +195,9 @@ class MachineManager:
         beats = f", heartbeats on {heartbeat}" if heartbeat else ""
         beats += f", remote clients on {remote}" if remote else ""
         log.info(
-            "storm-mm %s: policy %s, clients on %s, nodes on %s%s, state in %s, %s",
+            "storm-mm %s: policy %s, clients on %s, nodes on %s%s, state in %s, %s, %s",
             self.epoch[:8], self.core.policy, client, node, beats, self.state_dir, self.priority,
+            self.open_files,
         )  # fmt: skip
         tasks = [
             asyncio.create_task(self._serve(self.clients, self._client_message)),

@@ -108,7 +108,11 @@ class Job:
         """The size it runs (or ran) at: its placement's, once placed (a moldable job's is chosen then)."""
         return len(self.placement) or self.spec.ranks
 
-    def info(self) -> JobInfo:
+    def info(
+        self, *, reason: str | None = None, suspended_time: float | None = None, warning: str = ""
+    ) -> JobInfo:
+        """What clients see of it; the MM's listing gives a queued job's reason and a running job's stopped
+        time and warning as of now (one record built, not one and then copies: a queue is long)."""
         spec = self.spec
         return JobInfo(
             id=self.id,
@@ -122,14 +126,14 @@ class Job:
             start_time=self.start_time,
             end_time=self.end_time,
             exit_code=self.exit_code,
-            reason=self.reason,
+            reason=self.reason if reason is None else reason,
             time_limit=self.spec.time_limit,
             argv=self.spec.argv,
             cwd=self.spec.cwd,
             output=self._path(self.spec.output),
             error=self._path(self.spec.error),
             row=self.row if self.state.active else None,
-            suspended_time=self.suspended_time,
+            suspended_time=self.suspended_time if suspended_time is None else suspended_time,
             requeue=self.spec.requeue,
             requeues=self.requeues,
             hook=self.spec.hook,
@@ -139,6 +143,7 @@ class Job:
             qos=spec.qos or "normal",
             priority=spec.priority,
             suspended_by=self.suspended_by,
+            warning=warning,
         )
 
     def _path(self, pattern: str) -> str:

@@ -3,7 +3,6 @@ functions of the Controller's state (mm/core.py), which answers with them; they 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 
 from storm.mm.jobs import Job
@@ -54,16 +53,18 @@ def job_page(
 
 
 def _infos(runs: RunTable, found: list[Job], hang_warning: float, now: float | None) -> list[JobInfo]:
+    """The jobs' records, a queued job's reason and a running one's stopped time as of ``now``. O(jobs)."""
     infos = []
+    reasons, active = runs.reasons, runs.active
     for job in found:
-        info = job.info()
-        if job.state is JobState.PENDING and job.id in runs.reasons:
-            waits = runs.reasons[job.id]
-            info = dataclasses.replace(info, reason=f"{waits} ({job.reason})" if job.requeues else waits)
-        if job.id in runs.active and now is not None:
+        if job.state is JobState.PENDING and job.id in reasons:
+            waits = reasons[job.id]
+            infos.append(job.info(reason=f"{waits} ({job.reason})" if job.requeues else waits))
+        elif job.id in active and now is not None:
             warning = runs.reports.hang(job, now, hang_warning)
-            info = dataclasses.replace(info, suspended_time=runs.suspended(job, now), warning=warning)
-        infos.append(info)
+            infos.append(job.info(suspended_time=runs.suspended(job, now), warning=warning))
+        else:
+            infos.append(job.info())
     return infos
 
 

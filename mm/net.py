@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pwd
+import resource
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -22,6 +23,10 @@ from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm.keys import HANDSHAKE_FAILURES, handshake_problem
 from storm.mm.limits import LogThrottle
+
+# storm-mm holds two TCP connections per node manager (requests, heartbeats) and an emulator four fds per
+# emulated node (two connections, two ZeroMQ mailboxes): a thousand nodes pass the usual soft limit of 1,024.
+OPEN_FILES = 65536
 
 REFUSAL_EVERY = 60.0  # seconds between log lines about the same refused peer
 RETRY_REFUSED = 2.0  # seconds before a client whose handshake was refused tries again
@@ -109,3 +114,17 @@ def watch_handshakes(
             monitor.close()
 
     return watch()
+
+
+def raise_open_files(wanted: int = OPEN_FILES) -> str:
+    """Raise this process's soft limit on open files towards ``wanted`` (never past the hard limit, which
+    only root may raise: systemd's default hard limit is 524,288); what it is now, for the log."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        except (ValueError, OSError):
+            pass
+    return f"{soft} open files"

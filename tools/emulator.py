@@ -45,7 +45,6 @@ import contextlib
 import gc
 import logging
 import os
-import resource
 import select
 import signal
 import sys
@@ -62,6 +61,7 @@ from storm.mm import protocol as p
 from storm.mm.config import ConfigError, StormConfig, add_arguments, from_arguments
 from storm.mm.keys import KeyFileError, Keypair, curve_client, read_keypair, read_public_key
 from storm.mm.logs import configure_logging
+from storm.mm.net import OPEN_FILES, raise_open_files
 from storm.mm.priority import PRIORITY, request_realtime
 from storm.mpihook.stats import cluster_token
 from storm.nm.node import Node, Outcome
@@ -420,14 +420,6 @@ def readable(sock: zmq.Socket[bytes]) -> bool:
     return bool(cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
 
 
-def raise_file_limit(needed: int) -> None:
-    """Two connections per node and their ZeroMQ mailboxes need fds: the soft limit up to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        wanted = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m storm.tools.emulator", description=__doc__.split("\n\n")[0] if __doc__ else None
@@ -449,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give at least one name")
     configure_logging(config.nm.log_level, f"storm-emulator[{names[0]}..{names[-1]}]")
     logging.getLogger("storm.nm").setLevel(max(logging.WARNING, logging.getLogger().level))
-    raise_file_limit(8 * len(names) + 256)
+    raise_open_files(max(OPEN_FILES, 8 * len(names) + 256))
     emulator = Emulator(
         config, names, Path(config.nm.run_dir), pes=config.nm.pes or 1, default_run_time=args.default_seconds,
         trace=args.emulator_trace,
