@@ -112,8 +112,8 @@ def test_the_mm_names_the_instant_a_lead_after_sending_at_most_half_a_slice(tmp_
         assert isinstance(effect, Publish)
         return effect.heartbeat
 
-    assert first_beat().at == pytest.approx(T0 + 0.005)
-    assert first_beat(switch_lead=0.02).at == pytest.approx(T0 + 0.02)
+    assert first_beat().at == pytest.approx(T0 + 0.02)
+    assert first_beat(switch_lead=0.005).at == pytest.approx(T0 + 0.005)
     assert first_beat(switch_lead=0.2, slice=0.1).at == pytest.approx(T0 + 0.05)
     assert first_beat(switch_lead=0.0).at == 0.0
 

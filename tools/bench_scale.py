@@ -188,9 +188,14 @@ def load() -> list[float]:
 # Parts 1 and 2: spread and lateness
 
 
+SETTLE = 3.0  # seconds after every node traced a heartbeat: node managers start their job shell launchers
+
+
 def window(cluster: LocalCluster, seconds: float) -> Json:
-    """The heartbeats of one window, as bench_gang reads them, after every node traced one."""
+    """The heartbeats of one window, as bench_gang reads them, once every node traced one and the host
+    settled (the daemons' start-up is not what is measured)."""
     wait_for(lambda: all(cluster.trace_lines().values()), 60, "every node to trace a heartbeat")
+    time.sleep(SETTLE)
     traces, cpu = bench_gang.measure(cluster, seconds)
     return {**bench_gang.delivery(traces), "cpu": cpu}
 

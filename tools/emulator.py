@@ -91,8 +91,8 @@ class EmulatedNode:
         trace = emulator.trace_lines
         self.core = Node(
             config.nm, name, list(range(emulator.pes)), run_dir, epoch=uuid.uuid4().hex,
-            processes=emulator.processes, measurements=NoMeasurements(), address=f"emulated:{os.getpid()}",
-            cluster=cluster_token(config.cluster.name, emulator.mm_endpoint),
+            processes=emulator.processes, measurements=emulator.measurements,
+            address=f"emulated:{os.getpid()}", cluster=emulator.cluster,
             trace=(lambda line: trace.append((name, line))) if emulator.tracing else None,
         )  # fmt: skip
         self.core.local.hook_library = None  # simulated ranks load nothing: they run as --no-hook ones do
@@ -198,6 +198,8 @@ class Emulator:
         self.pes = pes
         self.default_run_time = default_run_time
         self.processes = EmulatedProcesses()
+        self.measurements = NoMeasurements()  # stateless: one for every node
+        self.cluster = cluster_token(config.cluster.name, self.mm_endpoint)
         self.trace_path = trace
         self.tracing = trace is not None
         self.trace_lines: list[tuple[str, TraceLine]] = []
@@ -359,7 +361,9 @@ class Emulator:
         gc.disable()  # a sweep among a thousand switches would make the last ones late
         try:
             for node, seq in self.slots.pop(at, []):
-                self.carry_out(node, node.core.begin_slot(seq, time.time()))
+                out = node.core.begin_slot(seq, time.time())
+                if out.to_mm or out.check is not None or out.escalate or out.report_now:
+                    self.carry_out(node, out)  # (an idle node's slot: nothing more to do)
         finally:
             gc.enable()
         if self.tracing and time.monotonic() - self.flushed >= TRACE_FLUSH_SECONDS:
