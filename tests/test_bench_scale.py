@@ -1,0 +1,85 @@
+"""storm bench scale: its table beside the goals, its plug-in points and its check of the store, on
+hand-made figures (the benchmark itself runs clusters: `storm bench scale --quick`)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from storm.mm.jobs import JobSpec
+from storm.mm.store import Store
+from storm.tools import bench_scale as b
+
+
+def summary(median: float, p99: float) -> dict[str, float]:
+    return {"count": 100, "median": median, "p99": p99, "max": p99 + 1}
+
+
+def run(p99: float, busy: int = 2) -> dict[str, object]:
+    return {
+        "busy_loops": busy, "spread_ms": summary(0.4, p99), "lateness_ms": summary(0.2, p99),
+        "latency_ms": summary(1.0, 5.0), "late": 0,
+    }  # fmt: skip
+
+
+def test_each_goal_is_judged_where_the_issue_sets_it() -> None:
+    result = {
+        "spread": {"runs": [run(3.0, busy=0), run(0.8)]},  # idle is reported, the loaded run is judged
+        "emulated": {"runs": [{**run(2.5, busy=0), "emulated": 1024}]},
+        "storm": {
+            "emulated": 1024,
+            "jobs": 10,
+            "jobs_per_second": 5.0,
+            "mm_rss_mb_idle": 70.0,
+            "restart": {"registered_seconds": 4.0, "mm_restart_seconds": 0.5, "down": []},
+            "stored": {"rows": 10, "distinct_ids": 10, "states": {"COMPLETED": 10}},
+        },
+    }
+    judged = {f.name: f.met for f in b.figures_of(result) if f.met is not None}
+    assert judged == {
+        "heartbeat to 8 real NMs, CPU load: spread p99": True,
+        "heartbeat to 1,024 emulated NMs: spread p99": False,
+        "1,024 emulated NMs registered after MM SIGKILL": True,
+        "nodes seen DOWN meanwhile": True,
+        "10-job workload: COMPLETED, each recorded once": True,
+    }
+    table = b.table(b.figures_of(result))
+    assert "| spread | heartbeat to 8 real NMs, CPU load: spread p99 | 0.8 ms | < 1 ms | yes |" in table
+    assert "| emulated | heartbeat to 1,024 emulated NMs: spread p99 | 2.5 ms | < 2 ms | NO |" in table
+
+
+def test_a_plug_in_is_measured_through_its_contract_else_the_fallback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = types.ModuleType("storm_test_plugin")
+    module.scale_figures = lambda work, quick: [b.Figure("x", "ours", 1.0, "s", "< 2 s", True)]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "storm_test_plugin", module)
+    fallback = lambda work, quick: [b.Figure("y", "theirs", None, "s")]  # noqa: E731
+    plugins = {
+        "here": ("storm_test_plugin", (("scale_figures", b.contract),), fallback),
+        "missing": ("storm_test_no_such_module", (("scale_figures", b.contract),), fallback),
+    }
+    monkeypatch.setattr(b, "PLUGINS", plugins)
+    figures, used = b.plugin_figures(tmp_path, quick=True)
+    assert [(f.name, f.cell()) for f in figures] == [("ours", "1 s"), ("theirs", "not measured")]
+    assert used["here"] == "storm_test_plugin.scale_figures" and used["missing"].startswith("fallback")
+
+
+def test_the_workload_is_checked_in_the_store_file_itself(tmp_path: Path) -> None:
+    path = tmp_path / "storm.db"
+    b.fill_store(path, 5)
+    spec = JobSpec(
+        name="w", uid=0, gid=0, user="u", ranks=1, argv=("true",), cwd="/tmp", env={}, time_limit=None,
+        output="", error="",
+    )  # fmt: skip
+    store = Store(path)
+    try:
+        store.add_job(spec, 1.0)  # job 6: a workload job still pending
+    finally:
+        store.close()
+    assert b.stored(path, 3, 6) == {
+        "rows": 4, "distinct_ids": 4, "states": {"COMPLETED": 3, "PENDING": 1}, "all_rows": 6,
+    }  # fmt: skip
