@@ -72,6 +72,10 @@ class Controller:
         self.runs = RunTable(store, config, self.registry, nonce, policy=policy, fcs=self.fcs)
         self.throttle = LogThrottle()  # lines about refused node reports: a bad node must not fill the disk
         self._recovered = False
+        # After a restart: the nodes known before that have not registered again, until when passes wait for
+        # them, and the latest that can be (see recover).
+        self._returning: set[str] = set()
+        self._settle_until = self._settle_limit = 0.0
 
     # ---------------------------------------------------------------------------------------------- stimuli
 
@@ -93,6 +97,14 @@ class Controller:
                     runs.node_lost(job, name, f"node {name} was DOWN when storm-mm restarted", now, out)
         if runs.pending or runs.active:
             log.info("recovered %d queued and %d running jobs", len(runs.pending), len(runs.active))
+        # A registration storm: every node manager learns of the restart at its next report and registers
+        # again. Until they all have, no pass starts anything, as long as they keep coming (a report
+        # interval after the last one back, two after the restart at least, the node timeout at most, when
+        # the missing ones are DOWN anyway): jobs started on the first nodes back made the traffic that kept
+        # the others waiting (1,024 emulated nodes in the middle of a workload took 12 s to register).
+        self._returning = {n.name for n in self.registry.all() if n.state != DOWN}
+        self._settle_until = now + 2 * self.config.node_timeout / 5 if self._returning else now
+        self._settle_limit = now + self.config.node_timeout
         return out
 
     def handle(self, message: p.Message, now: float, caller: Credentials | FromNode) -> list[Effect]:
@@ -149,6 +161,9 @@ class Controller:
         """One scheduling pass over the queue if one is due, its launches as effects; [] (and no pass)
         otherwise. Stored in one commit before any launch is returned."""
         if not self.runs.pass_due:
+            return []
+        if now < self._settle_until and self._returning:
+            self.runs.pass_due = False  # due again at the next tick, or when the last node is back
             return []
         out: list[Effect] = []
         with self.store.transaction():
@@ -322,6 +337,11 @@ class Controller:
         runs = self.runs
         node = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now, host=msg.host)
         runs.echoes.forget_node(msg.node)  # all it sent before registering has arrived
+        if msg.node in self._returning:  # one more back after a restart: passes wait for the rest a while
+            self._returning.discard(msg.node)
+            self._settle_until = min(
+                max(self._settle_until, now + self.config.node_timeout / 5), self._settle_limit
+            )
         try:
             runs.matrix.add_node(msg.node, msg.pes)
         except ValueError:

@@ -149,3 +149,31 @@ def test_the_client_reads_the_newest_last_jobs_or_every_page(tmp_path: Path) -> 
     assert [j.id for j in client.jobs(everything=True, last=7)] == list(range(24, 31))
     assert len(client.jobs(everything=True, last=0)) == 30
     assert os.getuid() >= 0  # (the fake needs no credentials)
+
+
+def test_a_restarted_mm_starts_nothing_until_its_nodes_are_back_or_two_report_intervals_passed() -> None:
+    store = MemoryStore()
+    ctl = controller(store, node_timeout=5.0)  # a report every second
+    for name in ("n0", "n1", "n2"):
+        register(ctl, name)
+    again = controller(store, node_timeout=5.0)  # restarted at 0.0, knowing the three nodes
+    for _ in range(3):
+        again.handle(p.SubmitJob(ranks=1, argv=("true",), cwd="/tmp", env={}), 0.5, ROOT)
+    register(again, "n0", epoch="nm-2")
+    assert again.schedule(1.0) == [] and not again.pass_due  # n1 and n2 are not back yet
+    register(again, "n1", epoch="nm-2")
+    assert again.schedule(1.5) == []
+    register(again, "n2", epoch="nm-2")  # the last one: the pass runs at once
+    assert len(again.schedule(1.6)) == 3
+    fresh = MemoryStore()
+    first = controller(fresh, node_timeout=5.0)
+    for name in ("n0", "n1", "n2"):
+        register(first, name)
+    late = controller(fresh, node_timeout=5.0)  # restarted: n2 never comes back this time
+    for _ in range(2):
+        late.handle(p.SubmitJob(ranks=1, argv=("true",), cwd="/tmp", env={}), 0.5, ROOT)
+    register(late, "n0", epoch="nm-3")
+    register(late, "n1", epoch="nm-3")
+    assert late.schedule(1.9) == []
+    late.tick(2.1)  # two report intervals after the restart
+    assert len(late.schedule(2.1)) == 2
