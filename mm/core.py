@@ -127,7 +127,8 @@ class Controller:
 
     def tick(self, now: float) -> list[Effect]:
         """Node liveness, time limits and stuck kills; call it a few times a second. It always makes a pass
-        due (backfilling depends on the time), which the driver runs with :meth:`schedule` after it."""
+        due (backfilling depends on the time), which the driver runs with :meth:`schedule` after it.
+        O(n + a) for n nodes and a placed jobs (and a job's nodes for each node gone DOWN)."""
         out: list[Effect] = []
         runs = self.runs
         with self.store.transaction():
@@ -334,6 +335,8 @@ class Controller:
         return p.Error(code="bad_request", text=f"{msg.op} is not a node message")
 
     def _register(self, msg: p.RegisterNode, now: float, out: list[Effect]) -> p.NodeRegistered:
+        """A node manager (re)registers. O(a + j) for a placed jobs and the j jobs it lists; no commit when
+        the store already holds the node as it is (a restarted MM's registration storm)."""
         runs = self.runs
         node = self.registry.register(msg.node, msg.pes, msg.nm_epoch, msg.address, now, host=msg.host)
         runs.echoes.forget_node(msg.node)  # all it sent before registering has arrived
@@ -384,6 +387,7 @@ class Controller:
         )
 
     def _node_status(self, msg: p.NodeStatus, now: float, out: list[Effect]) -> p.Reregister | None:
+        """A node's periodic report: its liveness and its jobs. O(j) for the j jobs it lists, no commit."""
         node = self.registry.get(msg.node)
         if (
             msg.mm_epoch != self.mm_epoch
