@@ -4,13 +4,18 @@ It decodes each message, says who sent it, hands it to the controller, and carri
 controller returns (mm/effects.py) in order; the clock and a restart go in the same way. It decides nothing
 about jobs itself. Only rate limits (per uid, on submissions) stay here, as protection of the daemon.
 
+Group commit: the messages already waiting on a socket when the MM turns to it (up to BATCH) are handled
+together in one store transaction, each in a savepoint of its own (one that fails changes nothing), and
+what the controller decided for all of them is carried out only once that transaction is committed: one
+fsync for the batch, and still no client or node hears of a state the store does not hold.
+
 It also chooses when the scheduling pass runs. Handling a message never runs one; when the controller says
-one is due, a one-shot timer is armed (at most one at a time) and the pass runs when it fires, after the
-messages handled meanwhile: a burst of submissions costs one pass, however long the queue. The timer's delay
-is as long as the last pass took (see PASS_DELAY_MAX), so a burst spends at most about half the MM's time in
-passes, while on a short queue (a pass of microseconds) a job is placed in the next turn of the event loop.
-Replies go out as each message is handled, so a client always hears of its submission before any launch of
-its job is sent; the job is in the store (committed) by then.
+one is due after a batch, the pass runs at its end, in the same transaction, if the last pass was short
+(INLINE_PASS_MAX); otherwise a one-shot timer is armed (at most one at a time) and the pass runs when it
+fires, after the messages handled meanwhile: a burst of submissions costs one pass, however long the queue.
+The timer's delay is as long as the last pass took (see PASS_DELAY_MAX), so a burst spends at most about
+half the MM's time in passes. Replies are carried out before the launches of the pass, so a client always
+hears of its submission before any launch of its job is sent; the job is in the store (committed) by then.
 
 Two ROUTER sockets: one for clients on a local ipc:// endpoint (the kernel's peer credentials say who calls),
 one for node managers over TCP (each NM's routing id is its node name); under gang scheduling a PUB socket
@@ -31,7 +36,7 @@ import secrets
 import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -57,9 +62,11 @@ TICK_SECONDS = 0.2
 # A pass is put off by as long as the last one took, but never longer than this: a long queue must not delay
 # every start by much.
 PASS_DELAY_MAX = 0.05
-# Messages handled from one socket before the event loop gets a turn (pyzmq hands over a message that is
-# already there without yielding): node reports and a due pass must not wait for a whole burst of requests.
+# Messages handled from one socket in one batch (one commit) before the event loop gets a turn: node reports
+# and a due pass must not wait for a whole burst of requests.
 BATCH = 100
+# A pass that took at most this long last time runs at the end of a batch, in its commit.
+INLINE_PASS_MAX = 0.002
 # A client request up to this many times [mm] max_message_bytes is read and refused with a clear error; a
 # larger one makes ZeroMQ drop the connection before buffering it (ZMQ_MAXMSGSIZE), so no peer can make the
 # MM allocate more than this per message.
@@ -127,6 +134,8 @@ class MachineManager:
         self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
         self.waiters: dict[int, list[tuple[zmq.asyncio.Socket, bytes, int]]] = {}
         self.pass_timer: asyncio.TimerHandle | None = None  # the armed pass, if any
+        # While a batch is handled: what to carry out once its transaction is committed.
+        self.batch: list[tuple[list[Effect], zmq.asyncio.Socket | None, bytes]] | None = None
         self.pass_seconds = 0.0  # how long the last pass took: the next one's delay
         self.recovered = recovered  # carried out once the sockets are bound
         self.stopping = asyncio.Event()
@@ -237,19 +246,39 @@ class MachineManager:
         self.store.close()
         os.close(self._lock)
 
-    async def _serve(
-        self, socket: zmq.asyncio.Socket, handle: Callable[[list[zmq.Frame]], Awaitable[None]]
-    ) -> None:
-        handled = 0
+    async def _serve(self, socket: zmq.asyncio.Socket, handle: Callable[[list[zmq.Frame]], None]) -> None:
+        waiting = zmq.Socket.shadow(socket.underlying)  # takes what is already there, without waiting
         while True:
-            frames = await socket.recv_multipart(copy=False)
-            try:
-                await handle(frames)
-            except Exception:
-                log.exception("unexpected error while handling a message; carrying on")
-            handled += 1
-            if handled % BATCH == 0:
-                await asyncio.sleep(0)
+            frames = [await socket.recv_multipart(copy=False)]
+            while len(frames) < BATCH:
+                try:
+                    frames.append(waiting.recv_multipart(zmq.NOBLOCK, copy=False))
+                except zmq.Again:
+                    break
+            self._handle_batch(frames, handle)
+            await asyncio.sleep(0)
+
+    def _handle_batch(self, batch: list[list[zmq.Frame]], handle: Callable[[list[zmq.Frame]], None]) -> None:
+        """Handle the messages in one transaction (and the pass, if due and short), then carry out what was
+        decided (see the module's docstring)."""
+        self.batch = []
+        try:
+            with self.store.transaction():
+                for frames in batch:
+                    try:
+                        handle(frames)  # each stimulus in a savepoint of its own
+                    except Exception:
+                        log.exception("unexpected error while handling a message; carrying on")
+                if self.core.pass_due and self.pass_seconds <= INLINE_PASS_MAX:
+                    self._run_pass()
+        except Exception:
+            log.exception("could not commit a batch of %d message(s): none of it carried out", len(batch))
+            self.batch = None
+            return
+        done, self.batch = self.batch, None
+        for effects, sock, identity in done:
+            self._carry_out(effects, sock, identity)
+        self._arm_pass()
 
     async def _ticker(self) -> None:
         while True:
@@ -282,7 +311,9 @@ class MachineManager:
             self.pass_timer = asyncio.get_running_loop().call_later(delay, self._run_pass)
 
     def _run_pass(self) -> None:
-        self.pass_timer = None
+        if self.pass_timer is not None:
+            self.pass_timer.cancel()
+            self.pass_timer = None
         started = time.monotonic()
         try:
             self._carry_out(self.core.schedule(time.time()))
@@ -294,7 +325,10 @@ class MachineManager:
         self, effects: list[Effect], sock: zmq.asyncio.Socket | None = None, identity: bytes = b""
     ) -> None:
         """Do what the controller decided, in order; ``sock`` and ``identity`` are the sender's, if any.
-        Then arm a pass if the controller wants one."""
+        Then arm a pass if the controller wants one. While a batch is handled, kept until it is committed."""
+        if self.batch is not None:
+            self.batch.append((effects, sock, identity))
+            return
         self._arm_pass()
         for effect in effects:
             match effect:
@@ -324,9 +358,7 @@ class MachineManager:
 
     # ---------------------------------------------------------------------------------------------- clients
 
-    async def _client_message(
-        self, frames: list[zmq.Frame], remote: zmq.asyncio.Socket | None = None
-    ) -> None:
+    def _client_message(self, frames: list[zmq.Frame], remote: zmq.asyncio.Socket | None = None) -> None:
         """A request from a local client, or from a remote one (``remote``: its socket) if given."""
         sock = remote or self.clients
         if len(frames) != 2:
@@ -362,7 +394,8 @@ class MachineManager:
                 self._send(sock, identity, p.error_for(msg, "rate_limited", text))
                 return
         try:
-            effects = self.core.handle(msg, time.time(), caller)
+            with self.store.savepoint():
+                effects = self.core.handle(msg, time.time(), caller)
         except Exception as exc:
             log.exception("client request %s failed", msg.op)
             error = p.error_for(msg, "internal", f"internal error: {exc.__class__.__name__}: {exc}")
@@ -371,7 +404,7 @@ class MachineManager:
 
     # ---------------------------------------------------------------------------------------------- nodes
 
-    async def _node_message(self, frames: list[zmq.Frame]) -> None:
+    def _node_message(self, frames: list[zmq.Frame]) -> None:
         if len(frames) != 2:
             self._warn("node frames", "node message with %d frames dropped", len(frames))
             return
@@ -385,7 +418,9 @@ class MachineManager:
         # The routing id is checked against the node a message names, and the node against those registered,
         # inside the controller: a surrogate escape keeps any identity's bytes, so no other name can match.
         sender = FromNode(identity.decode("utf-8", "surrogateescape"))
-        self._carry_out(self.core.handle(msg, time.time(), sender), self.nodes, identity)
+        with self.store.savepoint():
+            effects = self.core.handle(msg, time.time(), sender)
+        self._carry_out(effects, self.nodes, identity)
 
 
 def serve(config: StormConfig) -> None:

@@ -238,6 +238,7 @@ class Store:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._depth = 0
         self._begun = False  # BEGIN issued for the current transaction
+        self._savepoint = ""  # "pending" inside a savepoint() block that has not written yet, "set" after
         try:
             self._open(synchronous.upper())
         except BaseException:
@@ -298,12 +299,35 @@ class Store:
             self._db.execute("COMMIT")
 
     @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction (the MM's group commit: several stimuli, one commit), a block whose writes
+        are undone if it raises, while the transaction's other writes stay. Costs nothing if it writes
+        nothing."""
+        assert self._depth > 0 and not self._savepoint, "a savepoint belongs in a transaction, one at a time"
+        self._savepoint = "pending"
+        try:
+            yield
+        except BaseException:
+            if self._savepoint == "set":
+                self._db.execute("ROLLBACK TO stimulus")
+                self._db.execute("RELEASE stimulus")
+            raise
+        else:
+            if self._savepoint == "set":
+                self._db.execute("RELEASE stimulus")
+        finally:
+            self._savepoint = ""
+
+    @contextmanager
     def _writing(self) -> Iterator[None]:
         """A write: inside the current transaction, which it begins if it is the first."""
         with self.transaction():
             if not self._begun:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._begun = True
+            if self._savepoint == "pending":
+                self._db.execute("SAVEPOINT stimulus")
+                self._savepoint = "set"
             yield
 
     def close(self) -> None:
