@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import zmq
 
 from storm.mm import protocol as p
@@ -171,20 +170,34 @@ def _stream(endpoint: str, jobs: int, window: int, cwd: str) -> list[p.JobInfo]:
     return ended
 
 
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 on (field N of proc(5) is ``[N - 3]``), None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
 def _tree_cpu(pid: int) -> tuple[float, float]:
     """Seconds of CPU of a process itself, and of everything under it (live descendants and every child
     reaped so far, which the kernel adds to its parent's)."""
-    try:
-        root = psutil.Process(pid)
-        own = root.cpu_times()
-        below = own.children_user + own.children_system
-        for child in root.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                t = child.cpu_times()
-                below += t.user + t.system + t.children_user + t.children_system
-    except psutil.NoSuchProcess:
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {int(e): s for e in os.listdir("/proc") if e.isdigit() and (s := _stat(int(e))) is not None}
+    children: dict[int, list[int]] = {}
+    for child, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(child)
+    if pid not in stats:
         return 0.0, 0.0
-    return own.user + own.system, below
+    own = stats[pid]
+    below = (int(own[13]) + int(own[14])) / tick
+    pending = list(children.get(pid, []))
+    while pending:
+        child = pending.pop()
+        below += sum(int(v) for v in stats[child][11:15]) / tick  # utime, stime, cutime, cstime
+        pending.extend(children.get(child, []))
+    return (int(own[11]) + int(own[12])) / tick, below
 
 
 def _cpu(daemons: dict[str, list[int]]) -> dict[str, float]:
