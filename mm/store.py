@@ -238,7 +238,9 @@ class Store:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._depth = 0
         self._begun = False  # BEGIN issued for the current transaction
-        self._savepoint = ""  # "pending" inside a savepoint() block that has not written yet, "set" after
+        # In a savepoint() block: "pending" until it writes; then "set" (SAVEPOINT issued), or "whole"
+        # when its first write began the transaction (a ROLLBACK then undoes exactly the block's writes).
+        self._savepoint = ""
         try:
             self._open(synchronous.upper())
         except BaseException:
@@ -311,6 +313,9 @@ class Store:
             if self._savepoint == "set":
                 self._db.execute("ROLLBACK TO stimulus")
                 self._db.execute("RELEASE stimulus")
+            elif self._savepoint == "whole" and self._begun:
+                self._begun = False
+                self._db.execute("ROLLBACK")
             raise
         else:
             if self._savepoint == "set":
@@ -325,7 +330,9 @@ class Store:
             if not self._begun:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._begun = True
-            if self._savepoint == "pending":
+                if self._savepoint == "pending":
+                    self._savepoint = "whole"
+            elif self._savepoint == "pending":
                 self._db.execute("SAVEPOINT stimulus")
                 self._savepoint = "set"
             yield

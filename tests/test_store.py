@@ -203,6 +203,16 @@ def test_a_failed_savepoint_undoes_only_its_own_writes_in_a_group_commit(
     assert peek(db, "SELECT id FROM jobs ORDER BY id") == [(first.id,), (third.id,)]
     assert store.get_meta("k") is None
     assert statements.count("COMMIT") == 1 and statements.count("BEGIN IMMEDIATE") == 1
+    # The first writer began the transaction: it needs no savepoint of its own.
+    assert statements.count("SAVEPOINT stimulus") == 2 and statements.count("ROLLBACK TO stimulus") == 1
+    # A first writer that fails: its transaction is rolled back whole, the store usable again.
+    with store.transaction():
+        with pytest.raises(KeyError), store.savepoint():
+            store.add_job(spec(4), 4.0)
+            raise KeyError("boom")
+        with store.savepoint():
+            fifth = store.add_job(spec(5), 5.0)
+    assert peek(db, "SELECT id FROM jobs ORDER BY id") == [(first.id,), (third.id,), (fifth.id,)]
 
 
 def test_nodes_round_trip_and_upsert(db: Path, open_store: Opener) -> None:
