@@ -59,9 +59,22 @@ def registered_ops() -> dict[str, type[Message]]:
     return dict(_REGISTRY)
 
 
+# The kinds of value msgpack takes as they are.
+_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # per type: a dataclass's field names, None for others
+
+
 def _to_wire(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    names = _FIELDS.get(kind, ())
+    if names == ():  # first seen (every message and record class, once)
+        names = _FIELDS[kind] = (
+            tuple(f.name for f in dataclasses.fields(value)) if dataclasses.is_dataclass(value) else None
+        )
+    if names is not None:
+        return {name: _to_wire(getattr(value, name)) for name in names}
     if isinstance(value, tuple | list):
         return [_to_wire(v) for v in value]
     if isinstance(value, dict):
@@ -88,75 +101,127 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def prepare_decoding() -> None:
-    """Resolve every message's field types now rather than at first use (the job shell launcher does this
-    once before it forks, so no job shell pays for it)."""
+    """Resolve every message's field types, and make its decoding plan, now rather than at first use (the
+    job shell launcher does this once before it forks, so no job shell pays for it)."""
     pending: list[Any] = list(_REGISTRY.values())
     while pending:
         hint = pending.pop()
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             if hint not in _HINTS:
                 pending.extend(_hints(hint).values())
+                _plan(hint)
         else:
             pending.extend(typing.get_args(hint))
 
 
+Converter = Callable[[Any, str], Any]  # (value as decoded by msgpack, where it is) -> the field's value
+_CONVERTERS: dict[Any, Converter] = {}
+# Per message or record class: each field's name, converter, and whether it may be absent.
+_PLANS: dict[type, tuple[tuple[str, Converter, bool], ...]] = {}
+
+
 def _convert(value: Any, hint: Any, where: str) -> Any:
+    return _converter(hint)(value, where)
+
+
+def _converter(hint: Any) -> Converter:
+    """The check and conversion of a value of type ``hint``, made once per type: decoding walks every field
+    of every message, and looking at the type each time cost more than the check itself."""
+    found = _CONVERTERS.get(hint)
+    if found is None:
+        found = _CONVERTERS[hint] = _make_converter(hint)
+    return found
+
+
+def _make_converter(hint: Any) -> Converter:
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(value, option, where)
-            except ProtocolError as exc:
-                errors.append(str(exc))
-        raise ProtocolError("; ".join(errors))
+        optional = type(None) in options
+        converters = [_converter(option) for option in options if option is not type(None)]
+
+        def union(value: Any, where: str) -> Any:
+            if value is None and optional:
+                return None
+            errors = []
+            for convert in converters:
+                try:
+                    return convert(value, where)
+                except ProtocolError as exc:
+                    errors.append(str(exc))
+            raise ProtocolError("; ".join(errors))
+
+        return union
     if hint is int:
-        check(type(value) is int, f"{where}: expected an integer, got {type(value).__name__}")
-        check(-(2**63) <= value < 2**63, f"{where}: integer out of range")
-        return value
+
+        def integer(value: Any, where: str) -> Any:
+            check(type(value) is int, f"{where}: expected an integer, got {type(value).__name__}")
+            check(-(2**63) <= value < 2**63, f"{where}: integer out of range")
+            return value
+
+        return integer
     if hint is float:
-        check(type(value) in (int, float), f"{where}: expected a number, got {type(value).__name__}")
-        check(math.isfinite(value), f"{where}: not a finite number")
-        return float(value)
-    if hint is bool:
-        check(type(value) is bool, f"{where}: expected true or false, got {type(value).__name__}")
-        return value
-    if hint is str:
-        check(type(value) is str, f"{where}: expected a string, got {type(value).__name__}")
-        return value
-    if hint is bytes:
-        check(type(value) is bytes, f"{where}: expected bytes, got {type(value).__name__}")
-        return value
+
+        def number(value: Any, where: str) -> Any:
+            check(type(value) in (int, float), f"{where}: expected a number, got {type(value).__name__}")
+            check(math.isfinite(value), f"{where}: not a finite number")
+            return float(value)
+
+        return number
+    if hint in (bool, str, bytes):
+        expected = {bool: "true or false", str: "a string", bytes: "bytes"}[hint]
+
+        def exact(value: Any, where: str) -> Any:
+            check(type(value) is hint, f"{where}: expected {expected}, got {type(value).__name__}")
+            return value
+
+        return exact
     if origin is tuple:
-        check(type(value) in (list, tuple), f"{where}: expected a list, got {type(value).__name__}")
-        (item,) = (a for a in typing.get_args(hint) if a is not Ellipsis)
-        return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+        (item_hint,) = (a for a in typing.get_args(hint) if a is not Ellipsis)
+        item = _converter(item_hint)
+
+        def sequence(value: Any, where: str) -> Any:
+            check(type(value) in (list, tuple), f"{where}: expected a list, got {type(value).__name__}")
+            return tuple([item(v, f"{where}[{i}]") for i, v in enumerate(value)])
+
+        return sequence
     if origin is dict:
-        check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
         key_hint, value_hint = typing.get_args(hint)
-        return {
-            _convert(k, key_hint, f"{where} key"): _convert(v, value_hint, f"{where}[{k!r}]")
-            for k, v in value.items()
-        }
+        key, item = _converter(key_hint), _converter(value_hint)
+
+        def mapping(value: Any, where: str) -> Any:
+            check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
+            return {key(k, f"{where} key"): item(v, f"{where}[{k!r}]") for k, v in value.items()}
+
+        return mapping
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)
-    raise TypeError(f"{where}: unsupported field type {hint!r}")  # a bug in this module, not bad input
+        return lambda value, where: _build(hint, value, where)
+    raise TypeError(f"unsupported field type {hint!r}")  # a bug in this module, not bad input
+
+
+def _plan(cls: type) -> tuple[tuple[str, Converter, bool], ...]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = _hints(cls)
+        plan = _PLANS[cls] = tuple(
+            (
+                f.name,
+                _converter(hints[f.name]),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        )
+    return plan
 
 
 def _build(cls: type, value: Any, where: str) -> Any:
     check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
-    hints = _hints(cls)
     kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in value:
-            kwargs[f.name] = _convert(value[f.name], hints[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ProtocolError(f"{where}: missing field {f.name!r}")
+    for name, convert, required in _plan(cls):
+        if name in value:
+            kwargs[name] = convert(value[name], f"{where}.{name}")
+        elif required:
+            raise ProtocolError(f"{where}: missing field {name!r}")
     try:
         return cls(**kwargs)
     except ProtocolError as exc:
