@@ -116,8 +116,9 @@ def prepare_decoding() -> None:
 
 Converter = Callable[[Any, str], Any]  # (value as decoded by msgpack, where it is) -> the field's value
 _CONVERTERS: dict[Any, Converter] = {}
-# Per message or record class: each field's name, converter, and whether it may be absent.
-_PLANS: dict[type, tuple[tuple[str, Converter, bool], ...]] = {}
+# Per message or record class: each field's name, converter, whether it may be absent, and the type a value
+# of it already has when it needs no conversion (str, bool, bytes: msgpack gives exactly those; None: ask).
+_PLANS: dict[type, tuple[tuple[str, Converter, bool, type | None], ...]] = {}
 
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
@@ -155,14 +156,17 @@ def _make_converter(hint: Any) -> Converter:
     if hint is int:
 
         def integer(value: Any, where: str) -> Any:
+            if type(value) is int and -(2**63) <= value < 2**63:
+                return value
             check(type(value) is int, f"{where}: expected an integer, got {type(value).__name__}")
-            check(-(2**63) <= value < 2**63, f"{where}: integer out of range")
-            return value
+            raise ProtocolError(f"{where}: integer out of range")
 
         return integer
     if hint is float:
 
         def number(value: Any, where: str) -> Any:
+            if type(value) is float and math.isfinite(value):
+                return value
             check(type(value) in (int, float), f"{where}: expected a number, got {type(value).__name__}")
             check(math.isfinite(value), f"{where}: not a finite number")
             return float(value)
@@ -172,7 +176,8 @@ def _make_converter(hint: Any) -> Converter:
         expected = {bool: "true or false", str: "a string", bytes: "bytes"}[hint]
 
         def exact(value: Any, where: str) -> Any:
-            check(type(value) is hint, f"{where}: expected {expected}, got {type(value).__name__}")
+            if type(value) is not hint:
+                raise ProtocolError(f"{where}: expected {expected}, got {type(value).__name__}")
             return value
 
         return exact
@@ -180,8 +185,12 @@ def _make_converter(hint: Any) -> Converter:
         (item_hint,) = (a for a in typing.get_args(hint) if a is not Ellipsis)
         item = _converter(item_hint)
 
+        plain = item_hint if item_hint in (str, bool, bytes) else None
+
         def sequence(value: Any, where: str) -> Any:
             check(type(value) in (list, tuple), f"{where}: expected a list, got {type(value).__name__}")
+            if plain is not None and all(type(v) is plain for v in value):
+                return tuple(value)
             return tuple([item(v, f"{where}[{i}]") for i, v in enumerate(value)])
 
         return sequence
@@ -199,7 +208,7 @@ def _make_converter(hint: Any) -> Converter:
     raise TypeError(f"unsupported field type {hint!r}")  # a bug in this module, not bad input
 
 
-def _plan(cls: type) -> tuple[tuple[str, Converter, bool], ...]:
+def _plan(cls: type) -> tuple[tuple[str, Converter, bool, type | None], ...]:
     plan = _PLANS.get(cls)
     if plan is None:
         hints = _hints(cls)
@@ -208,6 +217,7 @@ def _plan(cls: type) -> tuple[tuple[str, Converter, bool], ...]:
                 f.name,
                 _converter(hints[f.name]),
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                hints[f.name] if hints[f.name] in (str, bool, bytes) else None,
             )
             for f in dataclasses.fields(cls)
         )
@@ -217,9 +227,11 @@ def _plan(cls: type) -> tuple[tuple[str, Converter, bool], ...]:
 def _build(cls: type, value: Any, where: str) -> Any:
     check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
     kwargs = {}
-    for name, convert, required in _plan(cls):
+    for name, convert, required, exact in _plan(cls):
         if name in value:
-            kwargs[name] = convert(value[name], f"{where}.{name}")
+            item = value[name]
+            # Most fields are strings and flags that are what they should be: taken as they are.
+            kwargs[name] = item if type(item) is exact else convert(item, f"{where}.{name}")
         elif required:
             raise ProtocolError(f"{where}: missing field {name!r}")
     try:
