@@ -59,6 +59,7 @@ from storm.mm.store import Store
 log = logging.getLogger("storm.mm")
 
 TICK_SECONDS = 0.2
+DEADLINE_SLACK = 0.001  # a time limit is checked this long after it falls due at the earliest
 # A pass is put off by as long as the last one took, but never longer than this: a long queue must not delay
 # every start by much.
 PASS_DELAY_MAX = 0.05
@@ -247,7 +248,8 @@ class MachineManager:
         os.close(self._lock)
 
     async def _serve(self, socket: zmq.asyncio.Socket, handle: Callable[[list[zmq.Frame]], None]) -> None:
-        waiting = zmq.Socket.shadow(socket.underlying)  # takes what is already there, without waiting
+        # Takes what is already there, without waiting.
+        waiting: zmq.Socket[bytes] = zmq.Socket.shadow(socket.underlying)
         while True:
             frames = [await socket.recv_multipart(copy=False)]
             while len(frames) < BATCH:
@@ -281,8 +283,12 @@ class MachineManager:
         self._arm_pass()
 
     async def _ticker(self) -> None:
+        """The periodic check, every TICK_SECONDS, and sooner when a job's time limit comes sooner: a job
+        ends TIMEOUT on time, not up to a tick late."""
         while True:
-            await asyncio.sleep(TICK_SECONDS)
+            deadline = self.core.next_deadline(time.time())
+            wait = TICK_SECONDS if deadline is None else min(TICK_SECONDS, deadline - time.time())
+            await asyncio.sleep(max(DEADLINE_SLACK, wait))
             try:
                 self._carry_out(self.core.tick(time.time()))
             except Exception:
