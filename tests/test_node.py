@@ -206,13 +206,43 @@ def test_pmi_barriers_go_to_the_mm_in_order_and_return_to_the_shell(tmp_path: Pa
     assert shell_says(node, 7, p.PmiBarrierIn(job_id=7, node="n0", seq=5, kvs={})) == Outcome()  # not next
 
 
-def test_a_shell_that_dies_before_reporting_ends_the_job_with_every_rank_failed(tmp_path: Path) -> None:
+def test_a_job_shell_that_dies_ends_its_unreported_jobs_with_every_rank_failed(tmp_path: Path) -> None:
     node, fake, _ = make(tmp_path)
     start(node, fake, 7)
-    out = node.shell_exited(7)
-    (report,) = out.to_mm
-    assert isinstance(report, p.JobNodeDone) and [e.rank for e in report.exits] == [0, 1]
+    start(node, fake, 8)
+    shell = node.jobs[7].shell_pid
+    assert node.jobs[8].shell_pid == shell  # one job shell for the user's jobs
+    shell_says(node, 8, p.ShellDone(job_id=8, exits=(p.RankExit(rank=0), p.RankExit(rank=1))))
+    out = node.job_shell_ended(shell)
+    (report,) = out.to_mm  # job 8 had reported already
+    assert (
+        isinstance(report, p.JobNodeDone) and report.job_id == 7 and [e.rank for e in report.exits] == [0, 1]
+    )
     assert all("job shell ended" in e.error for e in report.exits)
+    ordered(node, 9)  # the user's next job starts another job shell
+    assert len(fake.shells) == 2 and node.jobs[9].shell_pid != shell
+
+
+def test_the_shell_of_a_job_a_previous_nm_left_ends_that_job(tmp_path: Path) -> None:
+    node, fake, _ = make(tmp_path)
+    start(node, fake, 7)
+    (report,) = node.shell_exited(7).to_mm  # its pidfd, as a re-adopted job's is watched
+    assert isinstance(report, p.JobNodeDone) and all("job shell ended" in e.error for e in report.exits)
+
+
+def test_an_idle_job_shell_is_retired_and_the_next_job_starts_another(tmp_path: Path) -> None:
+    node, fake, _ = make(tmp_path, shell_idle=1.0)
+    start(node, fake, 7)
+    assert node.tick(T0 + 5, T0 + 5).to_shells == []  # busy: never retired
+    shell_says(node, 7, p.ShellDone(job_id=7, exits=(p.RankExit(rank=0), p.RankExit(rank=1))))
+    assert node.tick(T0 + 5.1, T0 + 5.1).to_shells == []  # idle from now on
+    assert node.tick(T0 + 6.2, T0 + 6.2).to_shells == [(SHELL, p.ShellRetire())]
+    assert node.tick(T0 + 9, T0 + 9).to_shells == []  # once
+    ordered(node, 8)
+    assert len(fake.shells) == 2
+    # The NM exits leaving its jobs: a job shell with a job serves it on for the next NM.
+    assert node.retire_shells(T0 + 10, everyone=False).to_shells == []
+    assert node.retire_shells(T0 + 10, everyone=True).to_shells == [(SHELL, p.ShellRetire())]
 
 
 def test_a_launch_that_cannot_start_is_reported_failed_at_once(tmp_path: Path) -> None:
