@@ -4,8 +4,9 @@ It decodes each message, says who sent it, hands it to the controller, and carri
 controller returns (mm/effects.py) in order; the clock and a restart go in the same way. It decides nothing
 about jobs itself. Only rate limits (per uid, on submissions) stay here, as protection of the daemon.
 
-Group commit: the messages already waiting on a socket when the MM turns to it (up to BATCH) are handled
-together in one store transaction, each in a savepoint of its own (one that fails changes nothing), and
+Group commit: the messages already waiting on its sockets when the MM turns to one (up to BATCH from each)
+are handled together in one store transaction, each in a savepoint of its own (one that fails changes
+nothing), and
 what the controller decided for all of them is carried out only once that transaction is committed: one
 fsync for the batch, and still no client or node hears of a state the store does not hold.
 
@@ -63,7 +64,7 @@ DEADLINE_SLACK = 0.001  # a time limit is checked this long after it falls due a
 # A pass is put off by as long as the last one took, but never longer than this: a long queue must not delay
 # every start by much.
 PASS_DELAY_MAX = 0.05
-# Messages handled from one socket in one batch (one commit) before the event loop gets a turn: node reports
+# Messages taken from each socket into one batch (one commit) before the event loop gets a turn: node reports
 # and a due pass must not wait for a whole burst of requests.
 BATCH = 100
 # A pass that took at most this long last time runs at the end of a batch, in its commit.
@@ -75,6 +76,8 @@ HARD_LIMIT_FACTOR = 4
 # Subscriptions are the only thing a heartbeat subscriber sends (NMs subscribe to everything: one byte).
 MAX_SUBSCRIPTION = 256
 CURVE_HANDSHAKE = 1024
+
+Handler = Callable[[list[zmq.Frame]], None]  # what handles one message's frames from a socket
 
 
 def key_credentials(frame: zmq.Frame) -> Caller | str:
@@ -135,6 +138,11 @@ class MachineManager:
         self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
         self.waiters: dict[int, list[tuple[zmq.asyncio.Socket, bytes, int]]] = {}
         self.pass_timer: asyncio.TimerHandle | None = None  # the armed pass, if any
+        self.handled = self.batches = 0  # messages and batches of them (see _handle_batch)
+        # Each served socket's shadow (it reads without waiting) and handler: a batch takes from all of them.
+        self.waiting: dict[
+            zmq.asyncio.Socket, tuple[zmq.Socket[bytes], Callable[[list[zmq.Frame]], None]]
+        ] = {}
         # While a batch is handled: what to carry out once its transaction is committed.
         self.batch: list[tuple[list[Effect], zmq.asyncio.Socket | None, bytes]] | None = None
         self.pass_seconds = 0.0  # how long the last pass took: the next one's delay
@@ -228,7 +236,10 @@ class MachineManager:
         # Ready: the store is open, every socket bound and served, mm.json written.
         self.notify.ready(f"policy {self.core.policy}; nodes on {node}; clients on {client}")
         await self.stopping.wait()
-        log.info("storm-mm stopping after %d scheduling passes", self.core.runs.passes)
+        log.info(
+            "storm-mm stopping after %d scheduling passes; %d messages in %d batches, %d commits",
+            self.core.runs.passes, self.handled, self.batches, self.store.commits,
+        )  # fmt: skip
         self.notify.stopping()
         if self.pass_timer is not None:
             self.pass_timer.cancel()
@@ -247,26 +258,34 @@ class MachineManager:
         self.store.close()
         os.close(self._lock)
 
-    async def _serve(self, socket: zmq.asyncio.Socket, handle: Callable[[list[zmq.Frame]], None]) -> None:
+    async def _serve(self, socket: zmq.asyncio.Socket, handle: Handler) -> None:
+        """Wait for a message on ``socket``; then handle it with every message already waiting on any of
+        the MM's sockets, as one batch."""
         # Takes what is already there, without waiting.
-        waiting: zmq.Socket[bytes] = zmq.Socket.shadow(socket.underlying)
+        self.waiting[socket] = (zmq.Socket.shadow(socket.underlying), handle)
         while True:
-            frames = [await socket.recv_multipart(copy=False)]
-            while len(frames) < BATCH:
-                try:
-                    frames.append(waiting.recv_multipart(zmq.NOBLOCK, copy=False))
-                except zmq.Again:
-                    break
-            self._handle_batch(frames, handle)
+            first = await socket.recv_multipart(copy=False)
+            batch = [(handle, first)]
+            for waiting, handler in self.waiting.values():
+                taken = 1 if handler is handle else 0
+                while taken < BATCH:
+                    try:
+                        batch.append((handler, waiting.recv_multipart(zmq.NOBLOCK, copy=False)))
+                    except zmq.Again:
+                        break
+                    taken += 1
+            self._handle_batch(batch)
             await asyncio.sleep(0)
 
-    def _handle_batch(self, batch: list[list[zmq.Frame]], handle: Callable[[list[zmq.Frame]], None]) -> None:
+    def _handle_batch(self, batch: list[tuple[Handler, list[zmq.Frame]]]) -> None:
         """Handle the messages in one transaction (and the pass, if due and short), then carry out what was
         decided (see the module's docstring)."""
         self.batch = []
+        self.batches += 1
+        self.handled += len(batch)
         try:
             with self.store.transaction():
-                for frames in batch:
+                for handle, frames in batch:
                     try:
                         handle(frames)  # each stimulus in a savepoint of its own
                     except Exception:

@@ -238,6 +238,7 @@ class Store:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._depth = 0
         self._begun = False  # BEGIN issued for the current transaction
+        self.commits = 0  # so far (storm-mm logs it when it stops)
         # In a savepoint() block: "pending" until it writes; then "set" (SAVEPOINT issued), or "whole"
         # when its first write began the transaction (a ROLLBACK then undoes exactly the block's writes).
         self._savepoint = ""
@@ -299,6 +300,7 @@ class Store:
         if depth == 0 and self._begun:
             self._begun = False
             self._db.execute("COMMIT")
+            self.commits += 1
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
