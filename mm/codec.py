@@ -21,15 +21,12 @@ MAX_CLIENT_MESSAGE = 1 << 20
 # PMI barriers carry every rank's network address (about 2 KiB per rank with UCX): allow big jobs.
 MAX_NODE_MESSAGE = 64 << 20
 
-
 class ProtocolError(ValueError):
     """A message that cannot be accepted: malformed, oversized, unknown or impossible."""
-
 
 def check(condition: bool, text: str) -> None:
     if not condition:
         raise ProtocolError(text)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Message:
@@ -37,10 +34,8 @@ class Message:
 
     op: ClassVar[str] = ""
 
-
 _REGISTRY: dict[str, type[Message]] = {}
 M = TypeVar("M", bound=type[Message])
-
 
 def message(op: str) -> Callable[[M], M]:
     """Register a message class under its wire name."""
@@ -54,24 +49,22 @@ def message(op: str) -> Callable[[M], M]:
 
     return register
 
-
 def registered_ops() -> dict[str, type[Message]]:
     return dict(_REGISTRY)
 
-
-# Values msgpack takes as they are, and each record type's field names: a job list of 10,000 records
-# asked dataclasses about every value of every field (half of the encoding's time).
-_SCALARS = frozenset((str, int, float, bool, bytes, type(None)))
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
+# The kinds of value msgpack takes as they are.
+_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # per type: a dataclass's field names, None for others
 
 def _to_wire(value: Any) -> Any:
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in _PLAIN:
         return value
-    names = _FIELDS.get(kind)
-    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(value))
+    names = _FIELDS.get(kind, ())
+    if names == ():  # first seen (every message and record class, once)
+        names = _FIELDS[kind] = (
+            tuple(f.name for f in dataclasses.fields(value)) if dataclasses.is_dataclass(value) else None
+        )
     if names is not None:
         return {name: _to_wire(getattr(value, name)) for name in names}
     if isinstance(value, tuple | list):
@@ -80,16 +73,13 @@ def _to_wire(value: Any) -> Any:
         return {k: _to_wire(v) for k, v in value.items()}
     return value
 
-
 def encode(msg: Message) -> bytes:
     body = _to_wire(msg)
     body["op"] = msg.op
     packed: bytes = msgpack.packb(body, use_bin_type=True)
     return packed
 
-
 _HINTS: dict[type, dict[str, Any]] = {}
-
 
 def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS.get(cls)
@@ -98,113 +88,138 @@ def _hints(cls: type) -> dict[str, Any]:
         _HINTS[cls] = hints
     return hints
 
-
 def prepare_decoding() -> None:
-    """Resolve every message's field types now rather than at first use (the job shell launcher does this
-    once before it forks, so no job shell pays for it)."""
+    """Resolve every message's field types, and make its decoding plan, now rather than at first use (the
+    job shell launcher does this once before it forks, so no job shell pays for it)."""
     pending: list[Any] = list(_REGISTRY.values())
     while pending:
         hint = pending.pop()
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             if hint not in _HINTS:
                 pending.extend(_hints(hint).values())
+                _plan(hint)
         else:
             pending.extend(typing.get_args(hint))
 
-
-_SHAPES: dict[Any, tuple[Any, tuple[Any, ...]]] = {}  # hint -> (typing.get_origin, typing.get_args)
-
+Converter = Callable[[Any, str], Any]  # (value as decoded by msgpack, where it is) -> the field's value
+_CONVERTERS: dict[Any, Converter] = {}
+# Per message or record class: each field's name, converter, whether it may be absent, and the type a value
+# of it already has when it needs no conversion (str, bool, bytes: msgpack gives exactly those; None: ask).
+_PLANS: dict[type, tuple[tuple[str, Converter, bool, type | None], ...]] = {}
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
-    shape = _SHAPES.get(hint)
-    if shape is None:  # typing's functions cost more than the rest of a field's check: asked once per hint
-        shape = _SHAPES[hint] = (typing.get_origin(hint), typing.get_args(hint))
-    origin, args = shape
+    return _converter(hint)(value, where)
+
+def _converter(hint: Any) -> Converter:
+    """The check and conversion of a value of type ``hint``, made once per type: decoding walks every field
+    of every message, and looking at the type each time cost more than the check itself."""
+    found = _CONVERTERS.get(hint)
+    if found is None:
+        found = _CONVERTERS[hint] = _make_converter(hint)
+    return found
+
+def _make_converter(hint: Any) -> Converter:
+    origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
-        options = args
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(value, option, where)
-            except ProtocolError as exc:
-                errors.append(str(exc))
-        raise ProtocolError("; ".join(errors))
+        options = typing.get_args(hint)
+        optional = type(None) in options
+        converters = [_converter(option) for option in options if option is not type(None)]
+
+        def union(value: Any, where: str) -> Any:
+            if value is None and optional:
+                return None
+            errors = []
+            for convert in converters:
+                try:
+                    return convert(value, where)
+                except ProtocolError as exc:
+                    errors.append(str(exc))
+            raise ProtocolError("; ".join(errors))
+
+        return union
     if hint is int:
-        check(type(value) is int, f"{where}: expected an integer, got {type(value).__name__}")
-        check(-(2**63) <= value < 2**63, f"{where}: integer out of range")
-        return value
+
+        def integer(value: Any, where: str) -> Any:
+            if type(value) is int and -(2**63) <= value < 2**63:
+                return value
+            check(type(value) is int, f"{where}: expected an integer, got {type(value).__name__}")
+            raise ProtocolError(f"{where}: integer out of range")
+
+        return integer
     if hint is float:
-        check(type(value) in (int, float), f"{where}: expected a number, got {type(value).__name__}")
-        check(math.isfinite(value), f"{where}: not a finite number")
-        return float(value)
-    if hint is bool:
-        check(type(value) is bool, f"{where}: expected true or false, got {type(value).__name__}")
-        return value
-    if hint is str:
-        check(type(value) is str, f"{where}: expected a string, got {type(value).__name__}")
-        return value
-    if hint is bytes:
-        check(type(value) is bytes, f"{where}: expected bytes, got {type(value).__name__}")
-        return value
+
+        def number(value: Any, where: str) -> Any:
+            if type(value) is float and math.isfinite(value):
+                return value
+            check(type(value) in (int, float), f"{where}: expected a number, got {type(value).__name__}")
+            check(math.isfinite(value), f"{where}: not a finite number")
+            return float(value)
+
+        return number
+    if hint in (bool, str, bytes):
+        expected = {bool: "true or false", str: "a string", bytes: "bytes"}[hint]
+
+        def exact(value: Any, where: str) -> Any:
+            if type(value) is not hint:
+                raise ProtocolError(f"{where}: expected {expected}, got {type(value).__name__}")
+            return value
+
+        return exact
     if origin is tuple:
-        check(type(value) in (list, tuple), f"{where}: expected a list, got {type(value).__name__}")
-        (item,) = (a for a in args if a is not Ellipsis)
-        return tuple(_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value))
+        (item_hint,) = (a for a in typing.get_args(hint) if a is not Ellipsis)
+        item = _converter(item_hint)
+
+        plain = item_hint if item_hint in (str, bool, bytes) else None
+
+        def sequence(value: Any, where: str) -> Any:
+            check(type(value) in (list, tuple), f"{where}: expected a list, got {type(value).__name__}")
+            if plain is not None and all(type(v) is plain for v in value):
+                return tuple(value)
+            return tuple([item(v, f"{where}[{i}]") for i, v in enumerate(value)])
+
+        return sequence
     if origin is dict:
-        check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
-        key_hint, value_hint = args
-        return {
-            _convert(k, key_hint, f"{where} key"): _convert(v, value_hint, f"{where}[{k!r}]")
-            for k, v in value.items()
-        }
+        key_hint, value_hint = typing.get_args(hint)
+        key, item = _converter(key_hint), _converter(value_hint)
+
+        def mapping(value: Any, where: str) -> Any:
+            check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
+            return {key(k, f"{where} key"): item(v, f"{where}[{k!r}]") for k, v in value.items()}
+
+        return mapping
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)
-    raise TypeError(f"{where}: unsupported field type {hint!r}")  # a bug in this module, not bad input
+        return lambda value, where: _build(hint, value, where)
+    raise TypeError(f"unsupported field type {hint!r}")  # a bug in this module, not bad input
 
-
-_DECODED: dict[type, tuple[tuple[str, Any, bool], ...]] = {}  # cls -> (field, its type, required)
-_INT_MIN, _INT_END = -(2**63), 2**63
-
-
-def _build(cls: type, value: Any, where: str) -> Any:
-    check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
-    decoded = _DECODED.get(cls)
-    if decoded is None:
+def _plan(cls: type) -> tuple[tuple[str, Converter, bool, type | None], ...]:
+    plan = _PLANS.get(cls)
+    if plan is None:
         hints = _hints(cls)
-        decoded = _DECODED[cls] = tuple(
+        plan = _PLANS[cls] = tuple(
             (
                 f.name,
-                hints[f.name],
+                _converter(hints[f.name]),
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                hints[f.name] if hints[f.name] in (str, bool, bytes) else None,
             )
             for f in dataclasses.fields(cls)
         )
+    return plan
+
+def _build(cls: type, value: Any, where: str) -> Any:
+    check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
     kwargs = {}
-    for name, hint, required in decoded:
+    for name, convert, required, exact in _plan(cls):
         if name in value:
             item = value[name]
-            kind = type(item)
-            # The common valid cases first, without a call or the text of where the field is.
-            if (
-                (kind is str and hint is str)
-                or (kind is int and hint is int and _INT_MIN <= item < _INT_END)
-                or (kind is float and hint is float and math.isfinite(item))
-                or (kind is bool and hint is bool)
-            ):
-                kwargs[name] = item
-            else:
-                kwargs[name] = _convert(item, hint, f"{where}.{name}")
+            # Most fields are strings and flags that are what they should be: taken as they are.
+            kwargs[name] = item if type(item) is exact else convert(item, f"{where}.{name}")
         elif required:
             raise ProtocolError(f"{where}: missing field {name!r}")
     try:
         return cls(**kwargs)
     except ProtocolError as exc:
         raise ProtocolError(f"{where}: {exc}") from None
-
 
 def decode(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> Message:
     """Decode and validate one message; raise ProtocolError for anything that is not a valid message."""
@@ -221,7 +236,6 @@ def decode(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> Message:
     assert cls is not None
     built: Message = _build(cls, body, op)
     return built
-
 
 def peek_req(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> int:
     """The ``req`` of a message that failed to decode, if it can be found, so the error reaches its waiter."""

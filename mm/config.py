@@ -178,6 +178,9 @@ class NMConfig:
     mm_key: str = ""
     # MPI_Comm_spawn: live spawned processes a job may have per PE it holds on this node (0: no spawning).
     spawn_limit: int = 16
+    # A user's job shell (one per user on the node, serving all their jobs there) exits after this many
+    # seconds without a job; the next job starts another (a few ms of CPU).
+    shell_idle: float = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -337,8 +340,8 @@ def _validate(config: StormConfig) -> None:
             raise ConfigError(f"{where}: {level!r} is not one of debug, info, warning, error")
     _validate_topology(config.mm)
     _validate_jobs(config.mm)
-    if config.nm.pes < 0 or config.nm.kill_grace < 0:
-        raise ConfigError("nm.pes and nm.kill_grace must not be negative")
+    if config.nm.pes < 0 or config.nm.kill_grace < 0 or config.nm.shell_idle < 0:
+        raise ConfigError("nm.pes, nm.kill_grace and nm.shell_idle must not be negative")
     if not 0 <= config.nm.spawn_limit <= 4096:
         raise ConfigError("nm.spawn_limit must be between 0 (no spawning) and 4096")
     _validate_keys(config)

@@ -158,6 +158,19 @@ class Controller:
         runs.want_pass()
         return out
 
+    def next_deadline(self, now: float) -> float | None:
+        """The earliest time at which a running job may reach its time limit (None: no job has one), for
+        the driver to call :meth:`tick` then rather than up to a tick late. A job whose ranks are stopped
+        meanwhile (gang scheduling, preemption) reaches it later: :meth:`tick` then finds nothing due, and
+        this names the new time."""
+        runs = self.runs
+        deadlines = [
+            job.start_time + job.spec.time_limit + runs.suspended(job, now)
+            for job in runs.active.values()
+            if job.spec.time_limit is not None and job.start_time is not None and job.ending is None
+        ]
+        return min(deadlines, default=None)
+
     def schedule(self, now: float) -> list[Effect]:
         """One scheduling pass over the queue if one is due, its launches as effects; [] (and no pass)
         otherwise. Stored in one commit before any launch is returned."""

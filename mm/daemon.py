@@ -4,13 +4,19 @@ It decodes each message, says who sent it, hands it to the controller, and carri
 controller returns (mm/effects.py) in order; the clock and a restart go in the same way. It decides nothing
 about jobs itself. Only rate limits (per uid, on submissions) stay here, as protection of the daemon.
 
+Group commit: the messages already waiting on its sockets when the MM turns to one (up to BATCH from each)
+are handled together in one store transaction, each in a savepoint of its own (one that fails changes
+nothing), and
+what the controller decided for all of them is carried out only once that transaction is committed: one
+fsync for the batch, and still no client or node hears of a state the store does not hold.
+
 It also chooses when the scheduling pass runs. Handling a message never runs one; when the controller says
-one is due, a one-shot timer is armed (at most one at a time) and the pass runs when it fires, after the
-messages handled meanwhile: a burst of submissions costs one pass, however long the queue. The timer's delay
-is as long as the last pass took (see PASS_DELAY_MAX), so a burst spends at most about half the MM's time in
-passes, while on a short queue (a pass of microseconds) a job is placed in the next turn of the event loop.
-Replies go out as each message is handled, so a client always hears of its submission before any launch of
-its job is sent; the job is in the store (committed) by then.
+one is due after a batch, the pass runs at its end, in the same transaction, if the last pass was short
+(INLINE_PASS_MAX); otherwise a one-shot timer is armed (at most one at a time) and the pass runs when it
+fires, after the messages handled meanwhile: a burst of submissions costs one pass, however long the queue.
+The timer's delay is as long as the last pass took (see PASS_DELAY_MAX), so a burst spends at most about
+half the MM's time in passes. Replies are carried out before the launches of the pass, so a client always
+hears of its submission before any launch of its job is sent; the job is in the store (committed) by then.
 
 Two ROUTER sockets: one for clients on a local ipc:// endpoint (the kernel's peer credentials say who calls),
 one for node managers over TCP (each NM's routing id is its node name); under gang scheduling a PUB socket
@@ -31,7 +37,7 @@ import secrets
 import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -54,12 +60,15 @@ from storm.mm.store import Store
 log = logging.getLogger("storm.mm")
 
 TICK_SECONDS = 0.2
+DEADLINE_SLACK = 0.001  # a time limit is checked this long after it falls due at the earliest
 # A pass is put off by as long as the last one took, but never longer than this: a long queue must not delay
 # every start by much.
 PASS_DELAY_MAX = 0.05
-# Messages handled from one socket before the event loop gets a turn (pyzmq hands over a message that is
-# already there without yielding): node reports and a due pass must not wait for a whole burst of requests.
+# Messages taken from each socket into one batch (one commit) before the event loop gets a turn: node reports
+# and a due pass must not wait for a whole burst of requests.
 BATCH = 100
+# A pass that took at most this long last time runs at the end of a batch, in its commit.
+INLINE_PASS_MAX = 0.002
 # A client request up to this many times [mm] max_message_bytes is read and refused with a clear error; a
 # larger one makes ZeroMQ drop the connection before buffering it (ZMQ_MAXMSGSIZE), so no peer can make the
 # MM allocate more than this per message.
@@ -67,6 +76,8 @@ HARD_LIMIT_FACTOR = 4
 # Subscriptions are the only thing a heartbeat subscriber sends (NMs subscribe to everything: one byte).
 MAX_SUBSCRIPTION = 256
 CURVE_HANDSHAKE = 1024
+
+Handler = Callable[[list[zmq.Frame]], None]  # what handles one message's frames from a socket
 
 
 def key_credentials(frame: zmq.Frame) -> Caller | str:
@@ -128,6 +139,13 @@ class MachineManager:
         self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
         self.waiters: dict[int, list[tuple[zmq.asyncio.Socket, bytes, int]]] = {}
         self.pass_timer: asyncio.TimerHandle | None = None  # the armed pass, if any
+        self.handled = self.batches = 0  # messages and batches of them (see _handle_batch)
+        # Each served socket's shadow (it reads without waiting) and handler: a batch takes from all of them.
+        self.waiting: dict[
+            zmq.asyncio.Socket, tuple[zmq.Socket[bytes], Callable[[list[zmq.Frame]], None]]
+        ] = {}
+        # While a batch is handled: what to carry out once its transaction is committed.
+        self.batch: list[tuple[list[Effect], zmq.asyncio.Socket | None, bytes]] | None = None
         self.pass_seconds = 0.0  # how long the last pass took: the next one's delay
         self.recovered = recovered  # carried out once the sockets are bound
         self.stopping = asyncio.Event()
@@ -220,7 +238,10 @@ class MachineManager:
         # Ready: the store is open, every socket bound and served, mm.json written.
         self.notify.ready(f"policy {self.core.policy}; nodes on {node}; clients on {client}")
         await self.stopping.wait()
-        log.info("storm-mm stopping after %d scheduling passes", self.core.runs.passes)
+        log.info(
+            "storm-mm stopping after %d scheduling passes; %d messages in %d batches, %d commits",
+            self.core.runs.passes, self.handled, self.batches, self.store.commits,
+        )  # fmt: skip
         self.notify.stopping()
         if self.pass_timer is not None:
             self.pass_timer.cancel()
@@ -239,23 +260,56 @@ class MachineManager:
         self.store.close()
         os.close(self._lock)
 
-    async def _serve(
-        self, socket: zmq.asyncio.Socket, handle: Callable[[list[zmq.Frame]], Awaitable[None]]
-    ) -> None:
-        handled = 0
+    async def _serve(self, socket: zmq.asyncio.Socket, handle: Handler) -> None:
+        """Wait for a message on ``socket``; then handle it with every message already waiting on any of
+        the MM's sockets, as one batch."""
+        # Takes what is already there, without waiting.
+        self.waiting[socket] = (zmq.Socket.shadow(socket.underlying), handle)
         while True:
-            frames = await socket.recv_multipart(copy=False)
-            try:
-                await handle(frames)
-            except Exception:
-                log.exception("unexpected error while handling a message; carrying on")
-            handled += 1
-            if handled % BATCH == 0:
-                await asyncio.sleep(0)
+            first = await socket.recv_multipart(copy=False)
+            batch = [(handle, first)]
+            for waiting, handler in self.waiting.values():
+                taken = 1 if handler is handle else 0
+                while taken < BATCH:
+                    try:
+                        batch.append((handler, waiting.recv_multipart(zmq.NOBLOCK, copy=False)))
+                    except zmq.Again:
+                        break
+                    taken += 1
+            self._handle_batch(batch)
+            await asyncio.sleep(0)
+
+    def _handle_batch(self, batch: list[tuple[Handler, list[zmq.Frame]]]) -> None:
+        """Handle the messages in one transaction (and the pass, if due and short), then carry out what was
+        decided (see the module's docstring)."""
+        self.batch = []
+        self.batches += 1
+        self.handled += len(batch)
+        try:
+            with self.store.transaction():
+                for handle, frames in batch:
+                    try:
+                        handle(frames)  # each stimulus in a savepoint of its own
+                    except Exception:
+                        log.exception("unexpected error while handling a message; carrying on")
+                if self.core.pass_due and self.pass_seconds <= INLINE_PASS_MAX:
+                    self._run_pass()
+        except Exception:
+            log.exception("could not commit a batch of %d message(s): none of it carried out", len(batch))
+            self.batch = None
+            return
+        done, self.batch = self.batch, None
+        for effects, sock, identity in done:
+            self._carry_out(effects, sock, identity)
+        self._arm_pass()
 
     async def _ticker(self) -> None:
+        """The periodic check, every TICK_SECONDS, and sooner when a job's time limit comes sooner: a job
+        ends TIMEOUT on time, not up to a tick late."""
         while True:
-            await asyncio.sleep(TICK_SECONDS)
+            deadline = self.core.next_deadline(time.time())
+            wait = TICK_SECONDS if deadline is None else min(TICK_SECONDS, deadline - time.time())
+            await asyncio.sleep(max(DEADLINE_SLACK, wait))
             try:
                 self._carry_out(self.core.tick(time.time()))
             except Exception:
@@ -284,7 +338,9 @@ class MachineManager:
             self.pass_timer = asyncio.get_running_loop().call_later(delay, self._run_pass)
 
     def _run_pass(self) -> None:
-        self.pass_timer = None
+        if self.pass_timer is not None:
+            self.pass_timer.cancel()
+            self.pass_timer = None
         started = time.monotonic()
         try:
             self._carry_out(self.core.schedule(time.time()))
@@ -296,7 +352,10 @@ class MachineManager:
         self, effects: list[Effect], sock: zmq.asyncio.Socket | None = None, identity: bytes = b""
     ) -> None:
         """Do what the controller decided, in order; ``sock`` and ``identity`` are the sender's, if any.
-        Then arm a pass if the controller wants one."""
+        Then arm a pass if the controller wants one. While a batch is handled, kept until it is committed."""
+        if self.batch is not None:
+            self.batch.append((effects, sock, identity))
+            return
         self._arm_pass()
         for effect in effects:
             match effect:
@@ -326,9 +385,7 @@ class MachineManager:
 
     # ---------------------------------------------------------------------------------------------- clients
 
-    async def _client_message(
-        self, frames: list[zmq.Frame], remote: zmq.asyncio.Socket | None = None
-    ) -> None:
+    def _client_message(self, frames: list[zmq.Frame], remote: zmq.asyncio.Socket | None = None) -> None:
         """A request from a local client, or from a remote one (``remote``: its socket) if given."""
         sock = remote or self.clients
         if len(frames) != 2:
@@ -364,7 +421,8 @@ class MachineManager:
                 self._send(sock, identity, p.error_for(msg, "rate_limited", text))
                 return
         try:
-            effects = self.core.handle(msg, time.time(), caller)
+            with self.store.savepoint():
+                effects = self.core.handle(msg, time.time(), caller)
         except Exception as exc:
             log.exception("client request %s failed", msg.op)
             error = p.error_for(msg, "internal", f"internal error: {exc.__class__.__name__}: {exc}")
@@ -373,7 +431,7 @@ class MachineManager:
 
     # ---------------------------------------------------------------------------------------------- nodes
 
-    async def _node_message(self, frames: list[zmq.Frame]) -> None:
+    def _node_message(self, frames: list[zmq.Frame]) -> None:
         if len(frames) != 2:
             self._warn("node frames", "node message with %d frames dropped", len(frames))
             return
@@ -387,7 +445,9 @@ class MachineManager:
         # The routing id is checked against the node a message names, and the node against those registered,
         # inside the controller: a surrogate escape keeps any identity's bytes, so no other name can match.
         sender = FromNode(identity.decode("utf-8", "surrogateescape"))
-        self._carry_out(self.core.handle(msg, time.time(), sender), self.nodes, identity)
+        with self.store.savepoint():
+            effects = self.core.handle(msg, time.time(), sender)
+        self._carry_out(effects, self.nodes, identity)
 
 
 def serve(config: StormConfig) -> None:

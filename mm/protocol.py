@@ -17,8 +17,10 @@ Links and who speaks on them:
   under gang scheduling and FCS, naming the row of the Ousterhout matrix that runs now. NMs act only on a
   newer ``seq`` of the same ``epoch`` and fall back to running everything (but suspended jobs) when
   heartbeats stop.
-- job shell <-> storm-nm: DEALER -> ROUTER on an ``ipc://`` endpoint in the NM's run directory. The shell is
-  the per-job, per-node process that spawns the ranks and serves their PMI wire-up (see nm/shell.py).
+- job shell <-> storm-nm: DEALER -> ROUTER on an ``ipc://`` endpoint in the NM's run directory. A job shell
+  runs as one user on one node and serves that user's jobs there: it spawns their ranks and serves their PMI
+  wire-up (see nm/shell.py). It says ``shell_ready`` on each connection; the NM sends it ``shell_launch``
+  (a job to start), ``shell_stop`` (stop a job's processes) and ``shell_retire`` (exit once idle).
 
 Dynamic processes (MPI_Comm_spawn, see nm/spawn.py) and names (MPI_Publish_name and friends):
 
@@ -974,6 +976,46 @@ class RankExited(Message):
 class ShellDone(Message):
     job_id: int
     exits: tuple[RankExit, ...]
+
+
+@message("shell_ready")
+@dataclass(frozen=True, kw_only=True)
+class ShellReady(Message):
+    """A job shell is connected (sent first on every connection): the NM may send it launches."""
+
+    pid: int
+
+    def __post_init__(self) -> None:
+        _check(self.pid >= 1, "pid must be >= 1")
+
+
+@message("shell_launch")
+@dataclass(frozen=True, kw_only=True)
+class ShellLaunch(Message):
+    """Start the node's ranks of ``launch`` (NM -> job shell). ``jobdir`` is the job's directory on the
+    node; ``hook_library`` is mpihook's library to preload ("": none), ``hook_segment`` its statistics
+    segment ("": the hook only passes calls through) and ``hook_environment`` MPICH settings for its waits
+    (a variable the job set itself wins)."""
+
+    launch: LaunchJob
+    jobdir: str
+    hook_library: str = ""
+    hook_segment: str = ""
+    hook_environment: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@message("shell_stop")
+@dataclass(frozen=True, kw_only=True)
+class ShellStop(Message):
+    """Stop every process of the job (NM -> job shell): its ranks end, and it spawns nothing more."""
+
+    job_id: int
+
+
+@message("shell_retire")
+@dataclass(frozen=True, kw_only=True)
+class ShellRetire(Message):
+    """Exit once no job's processes run any more (NM -> job shell): the NM gives it no more jobs."""
 
 
 # --------------------------------------------------------------------------------------------------------

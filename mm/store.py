@@ -238,6 +238,10 @@ class Store:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._depth = 0
         self._begun = False  # BEGIN issued for the current transaction
+        self.commits = 0  # so far (storm-mm logs it when it stops)
+        # In a savepoint() block: "pending" until it writes; then "set" (SAVEPOINT issued), or "whole"
+        # when its first write began the transaction (a ROLLBACK then undoes exactly the block's writes).
+        self._savepoint = ""
         try:
             self._open(synchronous.upper())
         except BaseException:
@@ -296,6 +300,30 @@ class Store:
         if depth == 0 and self._begun:
             self._begun = False
             self._db.execute("COMMIT")
+            self.commits += 1
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction (the MM's group commit: several stimuli, one commit), a block whose writes
+        are undone if it raises, while the transaction's other writes stay. Costs nothing if it writes
+        nothing."""
+        assert self._depth > 0 and not self._savepoint, "a savepoint belongs in a transaction, one at a time"
+        self._savepoint = "pending"
+        try:
+            yield
+        except BaseException:
+            if self._savepoint == "set":
+                self._db.execute("ROLLBACK TO stimulus")
+                self._db.execute("RELEASE stimulus")
+            elif self._savepoint == "whole" and self._begun:
+                self._begun = False
+                self._db.execute("ROLLBACK")
+            raise
+        else:
+            if self._savepoint == "set":
+                self._db.execute("RELEASE stimulus")
+        finally:
+            self._savepoint = ""
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
@@ -304,6 +332,11 @@ class Store:
             if not self._begun:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._begun = True
+                if self._savepoint == "pending":
+                    self._savepoint = "whole"
+            elif self._savepoint == "pending":
+                self._db.execute("SAVEPOINT stimulus")
+                self._savepoint = "set"
             yield
 
     def close(self) -> None:

@@ -5,10 +5,11 @@ signal processes or end the job differently: a message must be about the shell's
 not contradict a report already taken, and PMI barriers must come in order (0, 1, 2, ...), one at a time.
 Anything else is refused with the reason, which the NM logs; nothing of the job changes.
 
-Spawned processes (MPI_Comm_spawn) the NM will signal as root, so it takes them only if they are the shell's
-own: in its session, started after it, not the shell or one of the ranks, each on a PE the job holds here,
-in a world not reported otherwise before. Their exits must be of processes of a known world; a refused spawn
-and name requests must name this node.
+Ranks and spawned processes (MPI_Comm_spawn) the NM will signal as root, so it takes them only if they are
+the shell's own: its children (a job shell runs as its user and serves only that user's jobs), not the
+shell itself; spawned processes must also not be one of the ranks, must each be on a PE the job holds
+here, and in a world not reported otherwise before. Their exits must be of processes of a known world; a
+refused spawn and name requests must name this node.
 
 A shell re-sends its whole state when it reconnects (to a restarted NM): an exact repeat of a report, or of
 the barrier just passed, is therefore accepted, and the NM's handling of it changes nothing.
@@ -16,7 +17,7 @@ the barrier just passed, is therefore accepted, and the NM's handling of it chan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 from storm.mm import protocol as p
 from storm.nm.local_jobs import LocalJob
@@ -27,15 +28,12 @@ def shell_problem(
     msg: p.Message,
     node: str,
     next_barrier: int | None,
-    start_time: Callable[[int], int | None],
-    *,
-    session: Callable[[], Collection[int]] = tuple,
+    parent: Callable[[int], int | None],
 ) -> str | None:
     """Why ``msg`` from ``job``'s shell must be refused, or None to accept it.
 
     ``next_barrier`` is the PMI barrier the NM expects next from the job (None: not known, any is taken);
-    ``start_time`` gives a process's kernel start time (Processes.start_time), None once it is gone;
-    ``session`` the processes of the shell's session (asked only for a spawn).
+    ``parent`` gives a process's parent pid (Processes.parent), None once it is gone.
     """
     ranks = {slot.rank for slot in job.launch.slots}
     match msg:
@@ -48,9 +46,9 @@ def shell_problem(
                 return f"rank(s) {foreign} are not this node's ranks of the job"
             if len(set(msg.pids.values())) != len(msg.pids) or job.shell_pid in msg.pids.values():
                 return "a process id given twice, or the shell's own"
-            older = foreign_pids(msg.pids, job.shell_pid, start_time)
-            if older:
-                return f"process(es) {older} started before the job shell: they are not its ranks"
+            strangers = foreign_pids(msg.pids, job.shell_pid, parent)
+            if strangers:
+                return f"process(es) {strangers} are not the job shell's children: they are not its ranks"
         case p.RankExited() | p.RankAborted():
             if msg.exit.rank not in ranks:
                 return f"rank {msg.exit.rank} is not one of this node's ranks of the job"
@@ -71,7 +69,7 @@ def shell_problem(
             if job.barrier is None and expected and msg.seq not in expected:
                 return f"barrier {msg.seq} out of order: the next one is {next_barrier}"
         case p.Spawned() | p.SpawnExited() | p.JobSpawned() | p.PmiName():
-            return _dynamic_problem(job, msg, node, start_time, session)
+            return _dynamic_problem(job, msg, node, parent)
         case _:
             return f"{msg.op} is not a job shell message"
     return None
@@ -81,8 +79,7 @@ def _dynamic_problem(
     job: LocalJob,
     msg: p.Spawned | p.SpawnExited | p.JobSpawned | p.PmiName,
     node: str,
-    start_time: Callable[[int], int | None],
-    session: Callable[[], Collection[int]],
+    parent: Callable[[int], int | None],
 ) -> str | None:
     """shell_problem for what the shell says of spawned processes and names."""
     match msg:
@@ -98,13 +95,9 @@ def _dynamic_problem(
             running = {pid for rank, pid in job.pids.items() if rank not in job.exits}
             if len(pids) != len(msg.pids) or pids & {job.shell_pid, *running}:
                 return "a process id given twice, or the shell's or a rank's"
-            older = foreign_pids(msg.pids, job.shell_pid, start_time)
-            if older:
-                return f"process(es) {older} started before the job shell: it did not spawn them"
-            live = {pid for pid in pids if start_time(pid) is not None}
-            strangers = sorted(live - set(session())) if live else []
+            strangers = foreign_pids(msg.pids, job.shell_pid, parent)
             if strangers:
-                return f"process(es) {strangers} are not in the job shell's session"
+                return f"process(es) {strangers} are not the job shell's children: it did not spawn them"
         case p.SpawnExited():
             if msg.world not in job.spawns.worlds:
                 return f"spawn {msg.world} was never reported"
@@ -122,13 +115,10 @@ def _dynamic_problem(
     return None
 
 
-def foreign_pids(pids: dict[str, int], shell_pid: int, start_time: Callable[[int], int | None]) -> list[int]:
-    """The claimed rank pids that cannot be the shell's children: processes that started before it.
+def foreign_pids(pids: dict[str, int], shell_pid: int, parent: Callable[[int], int | None]) -> list[int]:
+    """The claimed pids of live processes that are not the shell's children.
 
-    The NM signals ranks' process groups as root, so a shell must not make it signal, say, init's. A pid
-    already gone is no danger; if the shell itself is gone, the job is ending and is swept by session.
+    The NM signals ranks' process groups as root, so a shell must not make it signal, say, init's, or
+    another user's process. A pid already gone is no danger (a rank that ended, reaped by its shell).
     """
-    shell_start = start_time(shell_pid)
-    if shell_start is None:
-        return []
-    return sorted(pid for pid in pids.values() if (t := start_time(pid)) is not None and t < shell_start)
+    return sorted(pid for pid in pids.values() if (ppid := parent(pid)) is not None and ppid != shell_pid)

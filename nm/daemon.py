@@ -1,8 +1,9 @@
 """storm-nm: launches and stops the local ranks of jobs, and reports them to storm-mm.
 
-Per job on this node the NM starts one job shell (nm/shell.py) as the job's user; the shell spawns the ranks
-and serves PMI, and reports to the NM over an ipc:// ROUTER whose peers are authenticated by pid (the
-kernel's SO_PEERCRED, not the routing id a peer picks, which any local user could pick first). The NM
+Each job runs in the job shell of its user on this node (nm/shell_server.py, one per user, started by the NM
+as that user when it has none and retired once idle); the shell spawns the ranks and serves PMI, and reports
+to the NM over an ipc:// ROUTER whose peers are authenticated by pid (the kernel's SO_PEERCRED, not the
+routing id a peer picks, which any local user could pick first). The NM
 relays to the MM (DEALER, routing id = node name): launches, rank failures, cross-node PMI barriers and the
 final exits of the node's ranks, which it re-sends until the MM acknowledges them. It also learns the
 processes the ranks spawn (MPI_Comm_spawn, nm/children.py), time-slices and kills them with the job, ends
@@ -55,6 +56,7 @@ from storm.nm.local_jobs import LocalJob
 from storm.nm.monitor import Monitor
 from storm.nm.node import Node, Outcome
 from storm.nm.processes import LinuxProcesses, Processes
+from storm.nm.shells import JobShell
 from storm.nm.switch_check import verify
 from storm.nm.switcher import SwitchCheck, TraceLine
 
@@ -63,6 +65,7 @@ log = logging.getLogger("storm.nm")
 
 REGISTER_RETRY_SECONDS = 1.0
 STOP_WAIT_SECONDS = 5.0
+SHELLS_EXIT_SECONDS = 2.0  # how long an exiting NM waits for the job shells it retired
 TICK_SECONDS = 0.1
 # The event loop's timers wake up to a millisecond late (epoll's timeout is in whole milliseconds): a slot's
 # timer fires this long before its instant, and the rest is slept (see _arm_slot).
@@ -225,6 +228,8 @@ class NodeManager:
         loop = asyncio.get_running_loop()
         for job in out.watch:
             loop.add_reader(job.shell_pidfd, self._shell_exited, job)
+        for shell in out.watch_shells:
+            loop.add_reader(shell.pidfd, self._job_shell_ended, shell)
         for job_id in out.escalate:
             loop.call_later(self.config.nm.kill_grace, self.node.escalate, job_id)
         if out.check is not None:
@@ -299,7 +304,8 @@ class NodeManager:
         self.stopping.set()
 
     async def _shutdown(self) -> None:
-        """Leave the jobs to the next storm-nm of this node, or (SIGUSR1) stop them all and tell the MM."""
+        """Leave the jobs to the next storm-nm of this node, or (SIGUSR1) stop them all and tell the MM; job
+        shells without a job exit either way."""
         loop = asyncio.get_running_loop()
         if not self.stop_jobs:
             for job in self.jobs.values():
@@ -307,6 +313,7 @@ class NodeManager:
             left = self.node.local.leave()
             if left:
                 log.info("exiting; %d job(s) keep running for the next storm-nm to re-adopt", left)
+            await self._retire_shells(everyone=False)
             return
         active = sum(1 for j in self.jobs.values() if j.done is None)
         if active:
@@ -314,11 +321,28 @@ class NodeManager:
         out = self.node.stop_all(f"storm-nm on {self.name} shut down")
         for job_id in out.escalate:
             loop.call_later(self.config.nm.kill_grace, self.node.escalate, job_id)
+        for identity, msg in out.to_shells:
+            await self.shells.send_multipart([identity, p.encode(msg)])
         deadline = time.monotonic() + self.config.nm.kill_grace + STOP_WAIT_SECONDS
         while any(j.done is None for j in self.jobs.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for msg in self.node.abandon("storm-nm stopped before the job shell finished"):
             await self._to_mm(msg)
+        await self._retire_shells(everyone=True)
+
+    async def _retire_shells(self, *, everyone: bool) -> None:
+        """Retire the job shells (those without a job, unless ``everyone``) and give them a moment to exit:
+        one left waiting would see this NM go and exit too, but a test or ``storm local down`` expects them
+        gone with it."""
+        out = self.node.retire_shells(time.monotonic(), everyone=everyone)
+        for identity, msg in out.to_shells:
+            await self.shells.send_multipart([identity, p.encode(msg)])
+        retired = [s for s in self.node.local.shells.all() if not s.jobs or everyone]
+        deadline = time.monotonic() + SHELLS_EXIT_SECONDS
+        while any(s.pidfd >= 0 for s in retired) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)  # their pidfds' readers run meanwhile
+        for shell in self.node.local.shells.all():
+            self._unwatch_shell(shell)
 
     def _warn(self, kind: object, text: str, *args: object) -> None:
         self.throttle.warning(log, kind, time.monotonic(), text, *args)
@@ -380,6 +404,16 @@ class NodeManager:
     def _shell_exited(self, job: LocalJob) -> None:
         self._unwatch(job)
         self._background(self._carry_out(self.node.shell_exited(job.job_id)))
+
+    def _job_shell_ended(self, shell: JobShell) -> None:
+        self._unwatch_shell(shell)
+        self._background(self._carry_out(self.node.job_shell_ended(shell.pid)))
+
+    def _unwatch_shell(self, shell: JobShell) -> None:
+        if shell.pidfd >= 0:
+            asyncio.get_running_loop().remove_reader(shell.pidfd)
+            os.close(shell.pidfd)
+            shell.pidfd = -1
 
     def _unwatch(self, job: LocalJob) -> None:
         if job.shell_pidfd >= 0:

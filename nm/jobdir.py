@@ -8,10 +8,11 @@ Layout, under ``<run_dir>/jobs/<job id>/``::
                     the only files the NM acts on (a restarted NM re-adopts the job from them, and kills that
                     session when it cannot), so only root writes them.
     nm.launch       root 0600: the NM's own copy of the launch_job message (slots, kvsname, row)
-    launch.msg      user 0600: the launch_job message, for the shell to read (it holds the user's environment)
-    shell/          user 0700: shell.log (the shell's own stderr) and exits.msg (how the ranks ended, kept
-                    until the NM has reported them: an NM restarted meanwhile learns them here). The NM only
-                    ever decodes these as untrusted data.
+    shell/          user 0700: exits.msg (how the ranks ended, kept until the NM has reported them: an NM
+                    restarted meanwhile learns them here). The NM only ever decodes it as untrusted data.
+
+The job shell gets the launch in its message (``shell_launch``); its own log is its user's, not the job's
+(``<run_dir>/shells/``, see nm/local_jobs.py).
 """
 
 from __future__ import annotations
@@ -41,36 +42,24 @@ class JobDir:
         return self.path / "nm.launch"
 
     @property
-    def launch(self) -> Path:
-        return self.path / "launch.msg"
-
-    @property
     def shell(self) -> Path:
         return self.path / "shell"
-
-    @property
-    def log(self) -> Path:
-        return self.shell / "shell.log"
 
     @property
     def exits(self) -> Path:
         return self.shell / "exits.msg"
 
-    def create(self, uid: int, gid: int, launch: bytes) -> int:
-        """Lay the directory out; return the shell's log, opened for writing."""
+    def create(self, uid: int, gid: int, launch: bytes) -> None:
+        """Lay the directory out."""
         self.path.mkdir(mode=0o711, parents=True, exist_ok=False)
         os.chmod(self.path, 0o711)  # noqa: S103 (mkdir's mode is filtered by the umask)
+        fd = os.open(self.nm_launch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, launch)
+        finally:
+            os.close(fd)
         self.shell.mkdir(mode=0o700)
-        for path in (self.nm_launch, self.launch):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(launch)
-        # Opened before the user owns the directory, so no symlink of theirs can redirect root's writes.
-        log = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.fchown(log, uid, gid)
-        for path in (self.shell, self.launch):
-            os.chown(path, uid, gid)
-        return log
+        os.chown(self.shell, uid, gid)
 
     def save_record(self, record: dict[str, object]) -> None:
         """Replace the NM's record atomically: a crash mid-write leaves the old one, never half a file."""
@@ -102,12 +91,6 @@ class JobDir:
             if os.fstat(f.fileno()).st_uid != os.geteuid():
                 return None
             return f.read()
-
-    def log_tail(self, limit: int = 2000) -> str:
-        try:
-            return self.log.read_bytes()[-limit:].decode(errors="replace").strip()
-        except OSError:
-            return ""
 
     def remove(self) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -2,11 +2,12 @@
 
 Starting a job shell as a new Python process costs about 100 ms of CPU (80 ms of imports), which capped
 storm at ~10 jobs/s on two cores. The NM instead keeps this small process, started once: it imports the job
-shell's code but creates no threads, so it may safely fork. For each job it forks a child that becomes the
-session leader, drops to the job's user (groups, gid, uid), and runs :func:`storm.nm.shell.main`.
+shell's code but creates no threads, so it may safely fork. For each job shell (one per user on the node,
+which serves all the user's jobs there: nm/shell_server.py) it forks a child that becomes the session
+leader, drops to the user (groups, gid, uid), and runs :func:`storm.nm.shell_server.run_shell_server`.
 
 It talks to its NM over a SOCK_SEQPACKET socket pair: a request is a msgpack map ``{shell, uid, gid, groups}``
-(``shell`` holding the keyword arguments of :func:`storm.nm.shell.run_shell`)
+(``shell`` holding the keyword arguments of :func:`storm.nm.shell_server.run_shell_server`)
 with the shell's log file passed as a descriptor; the reply is ``{pid}`` with a pidfd of the new shell (or
 ``{error}``). The pidfd is opened while the launcher still holds the child unreaped, so it can never name a
 recycled pid; the launcher reaps its children as they exit. When the NM goes away (the socket reaches EOF)
@@ -24,7 +25,6 @@ import socket
 import subprocess
 import sys
 import traceback
-from pathlib import Path
 
 import msgpack
 
@@ -76,7 +76,7 @@ class Launcher:
     def spawn(
         self, shell: dict[str, object], *, uid: int, gid: int, groups: list[int], log: int
     ) -> tuple[int, int]:
-        """Fork a job shell running ``run_shell(**shell)`` as uid/gid; return its pid and a pidfd."""
+        """Fork a job shell running ``run_shell_server(**shell)`` as uid/gid; return its pid and a pidfd."""
         _send(self._sock, {"shell": shell, "uid": uid, "gid": gid, "groups": groups}, log)
         reply, pidfd = _recv(self._sock)
         if reply is None:
@@ -123,11 +123,11 @@ def _become_shell(sock: socket.socket, request: dict[str, object], log: int) -> 
             os.setuid(uid)
         os.chdir("/")
         gc.enable()
-        from storm.nm.shell import run_shell
+        from storm.nm.shell_server import run_shell_server
 
         kwargs = request["shell"]
         assert isinstance(kwargs, dict)
-        code = run_shell(Path(kwargs.pop("jobdir")), **kwargs)
+        code = run_shell_server(**kwargs)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -144,7 +144,7 @@ def serve(control: int) -> int:
     # children's garbage collector from touching (and so copying) every inherited page.
     gc.disable()
     from storm.mm.protocol import prepare_decoding
-    from storm.nm import shell  # noqa: F401
+    from storm.nm import shell_server  # noqa: F401
 
     prepare_decoding()
     gc.freeze()

@@ -1,10 +1,13 @@
-"""A job's life on one node, on the operating-system side: start its shell, stop its ranks, sweep up.
+"""A job's life on one node, on the operating-system side: start it in a job shell, stop its ranks, sweep up.
 
-Starting: a job directory (nm/jobdir.py), an mpihook statistics segment, and the job shell forked by the
-launcher as the job's user (nm/launcher.py). Stopping: SIGCONT + SIGTERM to every rank's process group,
-then after ``kill_grace`` SIGKILL to every process still in the job shell's session (which catches children
-the ranks forked). Finishing: sweep what the ranks left (processes, MPICH's and mpihook's shared memory)
-and prepare the report for the MM. The node manager (nm/daemon.py) does the talking.
+Starting: a job directory (nm/jobdir.py), an mpihook statistics segment, and the launch sent to the job
+shell of the job's user on this node (nm/shell_server.py), which the launcher forks as that user
+(nm/launcher.py) when none runs (nm/shells.py keeps them). Each rank leads a session of its own. Stopping:
+``shell_stop`` to the job shell and SIGCONT + SIGTERM to every rank's process group, then after
+``kill_grace`` SIGKILL to every process still in a rank's session (which catches children the ranks
+forked). Finishing: sweep what the ranks left (processes still in their process groups or sessions,
+MPICH's and mpihook's shared memory) and prepare the report for the MM. The node manager (nm/daemon.py)
+does the talking; what goes to job shells is queued in :attr:`LocalJobs.outbox`.
 
 Spawned processes (MPI_Comm_spawn; nm/children.py): the NM learns them from the shell, follows them in time
 slicing with the job's rank on their PE, signals them with the ranks when it stops the job, and removes their
@@ -39,6 +42,7 @@ from storm.nm.monitor import Measurements
 from storm.nm.pmi import mpich_shm_names
 from storm.nm.processes import Processes
 from storm.nm.profile import Profiler
+from storm.nm.shells import JobShell, JobShells
 from storm.nm.spawn import world_kvsname
 from storm.nm.switcher import ContextSwitcher
 
@@ -89,6 +93,10 @@ class LocalJob:
     # Preemption holds its ranks stopped (suspend_job): kept in its record, so that neither this NM leaving
     # nor the next one re-adopting it continues them before the MM says so.
     suspended: bool = False
+    shell_log: str = ""  # its job shell's stderr
+    # Started by a storm-nm from before job shells served several jobs: its shell's session holds its ranks,
+    # and the shell is stopped with SIGTERM.
+    own_shell: bool = False
 
     @property
     def job_id(self) -> int:
@@ -126,6 +134,13 @@ class LocalJobs:
         # algorithms that can (mpihook.SPIN_BLOCK_ENVIRONMENT), which cost small collectives ~1 us otherwise.
         self.spin_blocking = False
         self.shells_endpoint = ""
+        self.shells = JobShells(config.shell_idle)
+        self.outbox: list[tuple[bytes, p.Message]] = []  # for job shells: (routing id, message)
+        self.new_shells: list[JobShell] = []  # started, for the daemon to watch their end
+
+    def take_messages(self) -> list[tuple[bytes, p.Message]]:
+        out, self.outbox = self.outbox, []
+        return out
 
     # ------------------------------------------------------------------------------------------- start
 
@@ -155,28 +170,54 @@ class LocalJobs:
         except KeyError:
             raise ValueError(f"uid {msg.uid} is unknown on this node") from None
         job.dir.remove()  # a directory left by a crash, for a job id the MM reuses after losing its store
-        log_fd = job.dir.create(msg.uid, msg.gid, p.encode(msg))
-        shell: dict[str, object] = {
-            "jobdir": str(job.dir.path),
-            "endpoint": self.shells_endpoint,
-            "node": self.node,
-            "cpus": self.cpus,
-            "spawn_limit": self.config.spawn_limit,
-        }
+        job.dir.create(msg.uid, msg.gid, p.encode(msg))
         library = self._hook_library(msg)
         segment = self._hook_segment(msg) if library is not None else None
-        if library is not None:
-            # Without a segment the hook only passes calls through (and still spin-blocks nothing).
-            shell.update(hook_library=str(library), hook_segment=segment or "")
-            if self.spin_blocking:
-                shell.update(hook_environment=dict(SPIN_BLOCK_ENVIRONMENT))
         job.hook_segment = segment or ""
+        environment = dict(SPIN_BLOCK_ENVIRONMENT) if library is not None and self.spin_blocking else {}
+        shell = self.shells.for_user(msg.uid, msg.gid) or self._new_shell(msg.uid, msg.gid)
+        job.shell_pid, job.shell_start, job.shell_log = shell.pid, shell.start, str(shell.log)
+        self.shells.took(shell, msg.job_id)
+        # Without a segment the hook only passes calls through (and still spin-blocks nothing).
+        order = p.ShellLaunch(
+            launch=msg, jobdir=str(job.dir.path), hook_library=str(library or ""), hook_segment=segment or "",
+            hook_environment=environment,
+        )  # fmt: skip
+        self.outbox.extend(self.shells.send(shell, order))
+        self.save_record(job)
+
+    def _new_shell(self, uid: int, gid: int) -> JobShell:
+        """Start the user's job shell (through the launcher), its stderr in a log of its own."""
+        logs = self.run_dir / "shells"
+        logs.mkdir(mode=0o700, exist_ok=True)
+        log_path = logs / f"{uid}-{gid}-{os.urandom(4).hex()}.log"
+        # Root opens it in a directory only root can write: no symlink of the user's can redirect it.
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            job.shell_pid, job.shell_pidfd = self.os.start_shell(shell, uid=msg.uid, gid=msg.gid, log=log_fd)
+            os.fchown(log_fd, uid, gid)
+            kwargs: dict[str, object] = {
+                "endpoint": self.shells_endpoint, "node": self.node, "cpus": self.cpus,
+                "spawn_limit": self.config.spawn_limit,
+            }  # fmt: skip
+            pid, pidfd = self.os.start_shell(kwargs, uid=uid, gid=gid, log=log_fd)
+        except BaseException:
+            log_path.unlink(missing_ok=True)
+            raise
         finally:
             os.close(log_fd)
-        job.shell_start = self.os.start_time(job.shell_pid)
-        self.save_record(job)
+        shell = JobShell(uid=uid, gid=gid, pid=pid, start=self.os.start_time(pid), pidfd=pidfd, log=log_path)
+        self.shells.add(shell)
+        self.new_shells.append(shell)
+        log.info("job shell %d started for uid %d", pid, uid)
+        return shell
+
+    def shell_ended(self, pid: int) -> JobShell | None:
+        """A job shell this NM started has exited: forgotten, its log removed unless a job of it was left
+        without its report (the caller ends those jobs, and their end logs the tail)."""
+        shell = self.shells.ended(pid)
+        if shell is not None and not any(j.shell_pid == pid and j.done is None for j in self.jobs.values()):
+            shell.log.unlink(missing_ok=True)
+        return shell
 
     def save_record(self, job: LocalJob) -> None:
         """What a restarted storm-nm needs to re-adopt the job (nm/jobdir.py's nm.json)."""
@@ -192,6 +233,8 @@ class LocalJobs:
                 "stopped_by_nm": job.stopped_by_nm,
                 "spawns": job.spawns.record(),
                 "suspended": job.suspended,
+                "shell_log": job.shell_log,
+                "own_shell": job.own_shell,
             }
         )
 
@@ -301,19 +344,31 @@ class LocalJobs:
             # Frozen first: UCX names a segment, maps it and unlinks it later, so a rank still running could
             # create one after the list is taken and leave it behind when the SIGTERM below ends it.
             self._signal_ranks(job, (signal.SIGSTOP,))
-            members = [pid for pid in self.os.session_members(job.shell_pid) if pid != job.shell_pid]
+            members = [pid for pid in self._members(job) if pid != job.shell_pid]
             job.mapped_shm = {n for n in self.os.mapped_shm(members) if n.startswith(UCX_SHM_PREFIX)}
         self._signal_ranks(job, (signal.SIGCONT, signal.SIGTERM))
-        if job.shell_pid:
+        if job.own_shell and job.shell_pid:
             self.os.signal(job.shell_pid, signal.SIGTERM)
+        elif job.shell_pid:
+            self._to_shell(job, p.ShellStop(job_id=job.job_id))
         return True
+
+    def _to_shell(self, job: LocalJob, msg: p.Message) -> None:
+        """A message for the job's shell: on the connection it speaks for the job on, else the one it said
+        shell_ready on (after its launch, if that is still held back)."""
+        if job.peer:
+            self.outbox.append((job.peer, msg))
+            return
+        shell = self.shells.by_pid.get(job.shell_pid)
+        if shell is not None:
+            self.outbox.extend(self.shells.send(shell, msg))
 
     def escalate(self, job: LocalJob) -> None:
         """The grace period of a kill is over: SIGKILL what is left."""
         if job.done is None:
             log.info("job %d: ranks outlived the grace period, sending SIGKILL", job.launch.job_id)
             self._signal_ranks(job, (signal.SIGKILL,))
-            self._signal_session(job, signal.SIGKILL, spare_shell=True)
+            self._signal_sessions(job, signal.SIGKILL)
 
     def _signal_ranks(self, job: LocalJob, signals: tuple[int, ...]) -> None:
         """Signal the job's ranks and spawned processes, each through its process group."""
@@ -323,16 +378,37 @@ class LocalJobs:
             for sig in signals:
                 self.os.signal_group(pid, sig)
 
-    def _signal_session(self, job: LocalJob, sig: int, spare_shell: bool = False) -> None:
-        """Signal everything in the job shell's session: the ranks and anything they forked.
+    def _leaders(self, job: LocalJob) -> list[int]:
+        """The pids that lead the job's sessions: its ranks' and spawned processes' (its shell's, for a job
+        of an older storm-nm). Only those that are still the same process, or gone: a session's id is not
+        handed out again while any process is in it, but a later process may have the pid of a leader that
+        ended with its session."""
+        if job.own_shell:
+            return [job.shell_pid] if job.shell_pid else []
+        leaders = []
+        for rank, pid in job.pids.items():
+            now = self.os.start_time(pid)
+            if now is None or now == job.starts.get(rank):
+                leaders.append(pid)
+        leaders += [child.pid for child in job.spawns.children.values()]
+        return leaders
 
-        Safe against pid reuse: the kernel does not hand out a number while a session still uses it.
-        """
-        if not job.shell_pid:
-            return
-        for pid in self.os.session_members(job.shell_pid):
-            if not (spare_shell and pid == job.shell_pid):
+    def _members(self, job: LocalJob) -> list[int]:
+        """Every process in the job's sessions: its ranks and anything they forked."""
+        return [pid for leader in self._leaders(job) for pid in self.os.session_members(leader)]
+
+    def _signal_sessions(self, job: LocalJob, sig: int) -> None:
+        """Signal everything in the job's sessions (never its job shell)."""
+        for pid in self._members(job):
+            if pid != job.shell_pid:
                 self.os.signal(pid, sig)
+
+    def _leftovers(self, job: LocalJob) -> bool:
+        """Whether a process of the job may still run once every rank has been reported ended: one of its
+        process groups still has a member (a group's id is not reused while it has one)."""
+        if job.own_shell:
+            return True
+        return any(self.os.signal_group(pid, 0) for pid in self._leaders(job))
 
     # ------------------------------------------------------------------------------------------- end
 
@@ -342,8 +418,8 @@ class LocalJobs:
             saved = p.decode(job.dir.exits.read_bytes(), p.MAX_NODE_MESSAGE)
             if isinstance(saved, p.ShellDone):
                 job.exits.update((e.rank, e) for e in saved.exits)
-        self._signal_session(job, signal.SIGKILL)
-        tail = job.dir.log_tail()
+        self._signal_sessions(job, signal.SIGKILL)
+        tail = _tail(job.shell_log)
         if tail:
             log.warning("job %d: job shell log:\n%s", job.launch.job_id, tail)
         exits = tuple(job.exits.get(s.rank) or p.RankExit(rank=s.rank, error=why) for s in job.launch.slots)
@@ -353,7 +429,9 @@ class LocalJobs:
         """All ranks are gone: sweep what they left behind and prepare the report for the MM."""
         self.switcher.remove(job.launch.job_id)
         self.monitor.remove(job.launch.job_id)
-        self._signal_session(job, signal.SIGKILL, spare_shell=True)  # what the ranks left running
+        if self._leftovers(job):  # what the ranks left running (a /proc walk: only when something is left)
+            self._signal_sessions(job, signal.SIGKILL)
+        self.shells.released(job.shell_pid, job.job_id)
         shm = [
             *mpich_shm_names(job.launch.kvsname, job.launch.mpi_node),
             *job.spawns.shm_names(job.launch),
@@ -405,6 +483,12 @@ class LocalJobs:
                 self._sweep(jobdir, record)
             else:
                 adopted.append(job)
+        # The logs of job shells that serve none of these jobs: those shells exit once idle, if they run.
+        kept = {job.shell_log for job in adopted}
+        shells = self.run_dir / "shells"
+        for path in shells.glob("*.log") if shells.is_dir() else ():
+            if str(path) not in kept:
+                path.unlink(missing_ok=True)
         return adopted
 
     def _adopt(self, jobdir: JobDir, record: dict[str, object]) -> LocalJob | None:
@@ -413,7 +497,7 @@ class LocalJobs:
         if not isinstance(launch, p.LaunchJob) or str(launch.job_id) != jobdir.path.name:
             return None
         shell, shell_start = _int(record["shell_pid"]), _optional_int(record.get("shell_start"))
-        ranks = self._live_ranks(record)
+        ranks, starts = self._live_ranks(record)
         # The last check that may refuse the record: nothing is held yet.
         spawns = Spawns.from_record(record.get("spawns"), self.os.start_time)
         # The pidfd first, then the check: if the start time matches, the pidfd names our shell.
@@ -433,6 +517,8 @@ class LocalJobs:
             stopped_by_nm=str(record.get("stopped_by_nm") or ""),
             spawns=spawns,
             suspended=bool(record.get("suspended")),
+            shell_log=str(record.get("shell_log") or ""),
+            own_shell=bool(record.get("own_shell", True)),  # absent: written before shells were shared
         )
         self.jobs[launch.job_id] = job
         self.switcher.add(launch.job_id, [(s.rank, s.pe) for s in launch.slots], launch.row)
@@ -442,6 +528,7 @@ class LocalJobs:
         self._attach_segment(job)  # also when the shell is gone: finishing the job then removes the segment
         if not alive:
             log.info("job %d: its shell ended while storm-nm was down", launch.job_id)
+            job.pids, job.starts = ranks, starts  # what is left of them is stopped
             self.shell_gone(job, "the job shell ended while storm-nm was down, leaving no exits")
             return job
         for pid in [*ranks.values(), *(child.pid for child in spawns.live())]:
@@ -467,16 +554,37 @@ class LocalJobs:
         )  # fmt: skip
         return job
 
-    def _live_ranks(self, record: dict[str, object]) -> dict[int, int]:
-        """The recorded ranks still running as the same processes (pid and start time)."""
+    def _live_ranks(self, record: dict[str, object]) -> tuple[dict[int, int], dict[int, int]]:
+        """The recorded ranks still running as the same processes (pid and start time): their pids and
+        start times."""
         ranks = record.get("ranks") or {}
         if not isinstance(ranks, dict):
             raise ValueError("ranks is not a map")
-        live = {}
+        live, starts = {}, {}
         for rank, (pid, start) in ranks.items():
             if start is not None and self.os.start_time(_int(pid)) == _int(start):
-                live[int(rank)] = _int(pid)
-        return live
+                live[int(rank)], starts[int(rank)] = _int(pid), _int(start)
+        return live, starts
+
+    def _record_leaders(self, record: dict[str, object]) -> list[int]:
+        """The sessions of a job nobody can follow, from its record: its ranks' (its shell's, for a job of an
+        older storm-nm, whose shell's session held its ranks). A leader that is gone may still have a session
+        (a pid is not reused while a session carries it); another process with its pid: the pid was reused.
+        A job shell that serves other jobs too is left alone: it is told to stop this job when it speaks
+        of it."""
+        if record.get("own_shell", True):
+            shell = _int(record["shell_pid"])
+            started = self.os.start_time(shell)
+            return [shell] if shell > 0 and (started is None or started == record.get("shell_start")) else []
+        ranks = record.get("ranks") or {}
+        if not isinstance(ranks, dict):
+            raise ValueError("ranks is not a map")
+        leaders = []
+        for pid, start in ranks.values():
+            now = self.os.start_time(_int(pid))
+            if now is None or now == start:
+                leaders.append(_int(pid))
+        return leaders
 
     def _attach_segment(self, job: LocalJob) -> None:
         """Measure the job again from its mpihook segment, each rank polling as a new NM assumes."""
@@ -487,14 +595,12 @@ class LocalJobs:
         """Kill what a job nobody can follow left running, remove its shared memory and its directory."""
         try:
             if record is not None:
-                shell = _int(record["shell_pid"])
-                started = self.os.start_time(shell)
-                # Our shell, or no process at all with its pid: then its session's members are its ranks
-                # (a pid is not reused while a session still carries it). Another process: the pid was reused.
-                if shell > 0 and (started is None or started == record.get("shell_start")):
-                    victims = self.os.session_members(shell)
-                    for pid in victims:
-                        self.os.signal(pid, signal.SIGKILL)
+                victims = [
+                    pid for leader in self._record_leaders(record) for pid in self.os.session_members(leader)
+                ]
+                for pid in victims:
+                    self.os.signal(pid, signal.SIGKILL)
+                if victims:
                     log.warning("job %s: killed %d process(es) it left", jobdir.path.name, len(victims))
                 # "node_index": what a storm-nm from before hosts were known wrote (then the same number)
                 kvsname, index = (
@@ -516,6 +622,17 @@ class LocalJobs:
         except (KeyError, TypeError, ValueError, p.ProtocolError) as exc:
             log.warning("job %s: unreadable record: %s", jobdir.path.name, exc)
         jobdir.remove()
+
+
+def _tail(path: str, limit: int = 2000) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def _int(value: object) -> int:

@@ -40,6 +40,7 @@ from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Measurements
 from storm.nm.processes import Processes
 from storm.nm.profile import Profiler
+from storm.nm.shells import JobShell
 from storm.nm.switcher import ContextSwitcher, SwitchCheck, TraceLine
 
 log = logging.getLogger("storm.nm")
@@ -47,15 +48,17 @@ log = logging.getLogger("storm.nm")
 
 @dataclass
 class Outcome:
-    """What one stimulus makes the node do, in order: messages to the MM, replies to job shells (by the
+    """What one stimulus makes the node do, in order: messages to the MM, messages to job shells (by the
     routing id of the shell's connection), kills whose grace period to time (job ids: call
-    :meth:`Node.escalate` ``kill_grace`` seconds later), shells whose end to watch (their pidfds), and a
+    :meth:`Node.escalate` ``kill_grace`` seconds later), ends to watch (through pidfds: the shells of jobs
+    a previous NM left, :meth:`Node.shell_exited`; job shells started, :meth:`Node.job_shell_ended`), and a
     context switch to check (nm/switch_check.py, then :meth:`Node.switch_checked`)."""
 
     to_mm: list[p.Message] = field(default_factory=list)
     to_shells: list[tuple[bytes, p.Message]] = field(default_factory=list)
     escalate: list[int] = field(default_factory=list)
     watch: list[LocalJob] = field(default_factory=list)
+    watch_shells: list[JobShell] = field(default_factory=list)
     check: SwitchCheck | None = None
     report_now: bool = False  # register (again) or report without waiting for the reporter's interval
     # A slot to begin at a wall-clock instant: (heartbeat seq, instant); call Node.begin_slot(seq) then.
@@ -189,8 +192,6 @@ class Node:
                     launched = self.local.launch(msg)
                     if launched.done is not None:
                         out.to_mm.append(launched.done)
-                    else:
-                        out.watch.append(launched)
             case p.KillJob():
                 if job is None:
                     out.to_mm.append(p.JobNodeDone(job_id=msg.job_id, node=self.name, exits=()))
@@ -221,6 +222,14 @@ class Node:
                 log.warning("storm-mm reported an error: %s: %s", msg.code, msg.text)
             case _:
                 log.warning("unexpected %s from the MM", msg.op)
+        return self._shells_too(out)
+
+    def _shells_too(self, out: Outcome) -> Outcome:
+        """What the stimulus had for job shells, and the job shells it started, into its outcome."""
+        out.to_shells.extend(self.local.take_messages())
+        if self.local.new_shells:
+            out.watch_shells.extend(self.local.new_shells)
+            self.local.new_shells = []
         return out
 
     def _registered(self, msg: p.NodeRegistered, now: float, out: Outcome) -> None:
@@ -332,6 +341,7 @@ class Node:
         if self.follower.expired(now):
             log.warning("no heartbeat for %.1f s: letting every job run", self.follower.timeout)
             out.check = self.switcher.switch(None, now=wall)
+        out.to_shells.extend(self.local.shells.to_retire(now))
         return out
 
     def switch_checked(self, check: SwitchCheck, done: float) -> None:
@@ -384,11 +394,23 @@ class Node:
         """A message from a job shell; ``caller`` is the sender's (pid, uid) as the kernel gives them (None
         if unknown). A refused message changes nothing and is logged."""
         out = Outcome()
-        job = self.jobs.get(getattr(msg, "job_id", -1))
+        if isinstance(msg, p.ShellReady):
+            if caller is not None and caller[0] == msg.pid:  # the kernel vouches for the pid
+                out.to_shells.extend(self.local.shells.ready(msg.pid, identity))
+            return out
+        job_id = getattr(msg, "job_id", -1)
+        job = self.jobs.get(job_id)
         if job is None:
             self._warn(
                 now, "bad shell", "dropped %s about an unknown job (from %s)", msg.op, describe(caller)
             )
+            # A job shell of this node still running a job this NM does not know (the MM ended it while the
+            # NM was away): it stops it, and may forget its report. Nobody else gets an answer.
+            if caller is not None and self._is_shell(caller[0]):
+                if isinstance(msg, p.ShellDone):
+                    out.to_shells.append((identity, p.Ack(job_id=job_id, what=msg.op)))
+                elif job_id >= 0:
+                    out.to_shells.append((identity, p.ShellStop(job_id=job_id)))
             return out
         if caller is None or caller[0] != job.shell_pid:
             self._warn(
@@ -401,10 +423,7 @@ class Node:
         # messages will do, not only its hello: after an NM restart, what it queued while no NM listened
         # comes first.
         job.peer = identity
-        problem = shell_problem(
-            job, msg, self.name, job.next_barrier, self.os.start_time,
-            session=lambda: self.os.session_members(job.shell_pid),
-        )  # fmt: skip
+        problem = shell_problem(job, msg, self.name, job.next_barrier, self.os.parent)
         if problem is not None:
             self._warn(now, "bad shell", "job %d: refused %s from its shell: %s", job.job_id, msg.op, problem)
             return out
@@ -437,21 +456,41 @@ class Node:
                 out.to_mm.extend(self.local.dynamic(job, msg))
                 if job.killing and not before:
                     out.escalate.append(job.job_id)
-        return out
+        return self._shells_too(out)
+
+    def _is_shell(self, pid: int) -> bool:
+        """A job shell this NM started, or the shell of a job it knows."""
+        return pid in self.local.shells.by_pid or any(j.shell_pid == pid for j in self.jobs.values())
 
     def shell_exited(self, job_id: int) -> Outcome:
-        """The job shell's process ended (its pidfd became readable; the daemon closed it)."""
+        """The shell of a job a previous NM left ended (its pidfd became readable; the daemon closed it)."""
         out = Outcome()
         job = self.jobs.get(job_id)
         if job is not None:
             job.shell_pidfd = -1
-            if job.done is None:
-                self.local.shell_gone(
-                    job, "the job shell ended before reporting (its log is in the node's log)"
-                )
-                assert job.done is not None
-                out.to_mm.append(job.done)
-        return out
+            self._shell_gone(job, out)
+        return self._shells_too(out)
+
+    def job_shell_ended(self, pid: int) -> Outcome:
+        """A job shell this NM started exited (its pidfd became readable; the daemon closed it): the jobs it
+        had not reported end with every rank failed."""
+        out = Outcome()
+        self.local.shell_ended(pid)
+        for job in [j for j in self.jobs.values() if j.shell_pid == pid and j.shell_pidfd < 0]:
+            self._shell_gone(job, out)
+        return self._shells_too(out)
+
+    def _shell_gone(self, job: LocalJob, out: Outcome) -> None:
+        if job.done is None:
+            self.local.shell_gone(job, "the job shell ended before reporting (its log is in the node's log)")
+            assert job.done is not None
+            out.to_mm.append(job.done)
+
+    def retire_shells(self, now: float, *, everyone: bool) -> Outcome:
+        """The NM exits: its job shells without a job (``everyone``: all, once every job has been stopped)
+        exit; the others serve their jobs on, for the next NM."""
+        out = Outcome(to_shells=self.local.shells.to_retire(now, idle_for=0.0, everyone=everyone))
+        return self._shells_too(out)
 
     # ---------------------------------------------------------------------------------------------- ends
 
@@ -482,7 +521,7 @@ class Node:
             with contextlib.suppress(OSError):
                 self.local.save_record(job)  # a report the MM misses is re-sent by the next NM, with why
             self._kill(job, reason, out)
-        return out
+        return self._shells_too(out)
 
     def abandon(self, why: str) -> list[p.Message]:
         """Shutting down: jobs whose shells did not finish are finished as they are; every job's report."""

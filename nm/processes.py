@@ -25,9 +25,9 @@ class Processes(Protocol):
         ...
 
     def start_shell(self, shell: dict[str, object], *, uid: int, gid: int, log: int) -> tuple[int, int]:
-        """Start a job shell (``storm.nm.shell.run_shell(**shell)``) in a session of its own, as uid/gid
-        with the user's groups, its output going to ``log``; return its pid and a pidfd that is readable
-        once it has exited."""
+        """Start a job shell (``storm.nm.shell_server.run_shell_server(**shell)``) in a session of its own,
+        as uid/gid with the user's groups, its output going to ``log``; return its pid and a pidfd that is
+        readable once it has exited."""
         ...
 
     def pidfd(self, pid: int) -> int | None:
@@ -53,6 +53,10 @@ class Processes(Protocol):
 
     def session_members(self, sid: int) -> list[int]:
         """Every process whose session id is ``sid``."""
+        ...
+
+    def parent(self, pid: int) -> int | None:
+        """The pid of the process's parent, None if there is no such process."""
         ...
 
     def states(self, pids: list[int]) -> dict[int, str | None]:
@@ -165,6 +169,9 @@ class LinuxProcesses:
 
     def session_members(self, sid: int) -> list[int]:
         return [pid for pid in procfs.pids() if procfs.session(pid) == sid]
+
+    def parent(self, pid: int) -> int | None:
+        return procfs.parent(pid)
 
     def mapped_shm(self, pids: Collection[int]) -> set[str]:
         found: set[str] = set()

@@ -8,16 +8,21 @@ imports the rest of storm, so a tool can read /proc without building the NM's la
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 
 def stat_fields(pid: int) -> list[str] | None:
     """/proc/PID/stat from field 3 (state) on, so field N of proc(5) is ``[N - 3]``; None if the process
     is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+    try:  # os-level calls: the NM reads a few of these per job, and pathlib's costs more than the read
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        stat = os.read(fd, 4096).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name (field 2) may hold spaces and parentheses: split after its closing one.
     return stat[stat.rindex(")") + 2 :].split()
 

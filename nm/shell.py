@@ -1,8 +1,9 @@
-"""The job shell: one process per job per node, started by storm-nm as the job's user.
+"""A job on one node as its job shell serves it: the job shell runs as the job's user and serves every job
+of that user on the node (nm/shell_server.py is the process; this module is one job in it).
 
 It opens the job's output files (with the user's own permissions, so ``--output /etc/passwd`` fails as it
-should), spawns the node's ranks each in a process group of its own pinned to its PE, serves their PMI-1
-wire-up (cross-node barriers go through the NM to the MM), reaps them, and reports every exit to the NM.
+should), spawns the node's ranks each in a session of its own pinned to its PE, serves their PMI-1 wire-up
+(cross-node barriers go through the NM to the MM), reaps them, and reports every exit to the NM.
 It also starts and serves the processes that ranks spawn with MPI_Comm_spawn, each world of them wired up
 on this node alone (nm/spawner.py; semantics in nm/spawn.py), and relays MPI's name requests
 (MPI_Publish_name ...) to the NM, which asks the MM. The job's part on the node ends when its ranks and
@@ -10,37 +11,28 @@ every process they spawned have exited, as mpiexec waits for them.
 Keeping this out of the NM means a flood of PMI traffic never delays the NM's time slices, a bug in PMI
 parsing never runs as root, and an NM restart does not take the ranks' parent with it.
 
-The shell outlives a restart of its NM: its DEALER reconnects by itself once a new storm-nm binds the same
-endpoint. What it sent meanwhile, or just before, may be lost with the old connection, so on every connection
-after the first it sends its whole state again: its ranks' pids, every exit so far, an abort, the PMI barrier
-it waits for, the spawned worlds and their exits, and its final report (the NM treats all of them as
-idempotent). How the ranks ended is also
-written to the job directory before the final report, for an NM that comes back only after the shell exited.
+Each rank (and spawned process) leads a session of its own: the NM stops what a rank leaves behind by that
+session, and the rank's autogroup gets the priority time slicing gives it. The job shell's own session is
+shared by the user's jobs on the node and holds none of their processes.
 
-storm-nm starts job shells by forking them from its launcher (nm/launcher.py), which calls
-:func:`run_shell`. For debugging, ``python -m storm.nm.shell --endpoint ipc://... --node NAME --cpus 0,1
-JOBDIR`` runs one by hand; JOBDIR (see nm/jobdir.py) holds the encoded ``launch_job`` message.
+After a reconnection (to a restarted NM) the job shell sends each job's whole state again: its ranks'
+pids, every exit so far, an abort, the PMI barrier it waits for, the spawned worlds and their exits, and its
+final report (the NM treats all of them as idempotent). How the ranks ended is also written to the job
+directory before the final report, for an NM that comes back only after the job shell exited.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
-import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import zmq
-import zmq.asyncio
-from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm import protocol as p
 from storm.mm.config import NMConfig
@@ -50,7 +42,6 @@ from storm.nm.pmi import MAX_LINE, NameRequest, Outcome, Wireup, process_mapping
 from storm.nm.spawn import SpawnRequest
 from storm.nm.spawner import NAME_TIMEOUT, PendingNames, Proc, Spawner
 
-ACK_WAIT_SECONDS = 5.0
 Rank = Proc  # a rank of the job is a process the shell serves, of world 0
 
 
@@ -93,12 +84,14 @@ def rank_environment(
 
 
 class Shell:
+    """One job in its job shell. ``send`` puts a message on the job shell's connection to the NM."""
+
     def __init__(
         self,
         launch: p.LaunchJob,
         node: str,
         cpus: list[int],
-        endpoint: str,
+        send: Callable[[p.Message], Coroutine[object, object, None]],
         jobdir: JobDir,
         *,
         hook: Hook | None = None,
@@ -108,6 +101,7 @@ class Shell:
         self.hook = hook
         self.node = node
         self.cpus = cpus
+        self.send = send
         self.jobdir = jobdir
         self.ranks = {s.rank: Rank(rank=s.rank, pe=s.pe) for s in launch.slots}
         self.wireup = Wireup(
@@ -116,16 +110,6 @@ class Shell:
             local_ranks=list(self.ranks),
             process_mapping=process_mapping(launch.ranks_per_node, launch.hosts),
         )
-        self.ctx = zmq.asyncio.Context()
-        self.nm = self.ctx.socket(zmq.DEALER)
-        # A random routing id, kept across reconnections: one any local user could guess (such as the job
-        # id) could be taken first, and the NM's ROUTER refuses a second peer with an id already in use.
-        # The NM knows its shells by pid, not by this id (nm/daemon.py).
-        self.nm.setsockopt(zmq.ROUTING_ID, b"shell-" + secrets.token_hex(16).encode())
-        self.nm.setsockopt(zmq.LINGER, 2000)
-        # Set up before connecting, so that the first connection is seen too.
-        self.connections = self.nm.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-        self.nm.connect(endpoint)
         self.all_exited = asyncio.Event()
         self.acked = asyncio.Event()
         self.stopping = False
@@ -134,12 +118,10 @@ class Shell:
         self.reported = asyncio.Event()  # ranks_started is out: spawned worlds may be reported after it
         self.barrier: p.PmiBarrierIn | None = None  # sent to the NM, not yet answered
         self.done: p.ShellDone | None = None
+        self.on_done: Callable[[], None] = lambda: None  # the job shell's: the final report is out
         self._tasks: set[asyncio.Task[None]] = set()
         self.spawner = Spawner(self, spawn_limit, self.send)
         self.names = PendingNames()
-
-    async def send(self, msg: p.Message) -> None:
-        await self.nm.send(p.encode(msg))
 
     # ------------------------------------------------------------------------------------------- start-up
 
@@ -189,8 +171,8 @@ class Shell:
     def start_process(
         self, proc: Proc, argv: list[str], env: dict[str, str], cwd: str, outputs: tuple[int, int]
     ) -> str:
-        """Start a rank or a spawned process, pinned to its PE in a process group of its own, and serve its
-        PMI; "" or why it could not start."""
+        """Start a rank or a spawned process, pinned to its PE in a session (and process group) of its own,
+        and serve its PMI; "" or why it could not start."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env["PMI_FD"] = str(child.fileno())
         # A child inherits the affinity of the thread that forks it: pinning this thread for the spawn
@@ -206,7 +188,7 @@ class Shell:
                 stdout=outputs[0],
                 stderr=outputs[1],
                 pass_fds=(child.fileno(),),
-                process_group=0,
+                start_new_session=True,
             )
         except OSError as exc:
             parent.close()
@@ -217,8 +199,11 @@ class Shell:
         popen.returncode = 0  # reaped through the pidfd below, not through Popen
         proc.pid = popen.pid
         proc.pidfd = os.pidfd_open(proc.pid)
-        asyncio.get_running_loop().add_reader(proc.pidfd, self._reap, proc)
-        self._background(self._serve_pmi(proc, parent))
+        loop = asyncio.get_running_loop()
+        loop.add_reader(proc.pidfd, self._reap, proc)
+        # Served once it says something: most programs that are not MPI never do, and their socket then only
+        # ever reads its end (a reader costs much less than a stream).
+        loop.add_reader(parent.fileno(), self._pmi_ready, proc, parent)
         return ""
 
     def notice(self, proc: Proc, text: str) -> None:
@@ -244,6 +229,20 @@ class Shell:
 
     def _procs(self, world: int) -> dict[int, Proc]:
         return self.ranks if world == 0 else self.spawner.worlds[world].procs
+
+    def _pmi_ready(self, r: Proc, sock: socket.socket) -> None:
+        asyncio.get_running_loop().remove_reader(sock.fileno())
+        try:
+            said = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            said = b"?"  # woken for nothing: let the stream read it
+        except OSError:
+            said = b""
+        if said:
+            self._background(self._serve_pmi(r, sock))
+        else:  # the rank is gone without a word of PMI
+            self._wireup(r).rank_gone(r.rank)
+            sock.close()
 
     async def _serve_pmi(self, r: Proc, sock: socket.socket) -> None:
         reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_LINE)
@@ -338,6 +337,7 @@ class Shell:
         loop = asyncio.get_running_loop()
         loop.remove_reader(r.pidfd)
         os.close(r.pidfd)
+        r.pidfd = -1
         if r.abort is not None:
             r.exit = r.abort  # it was killed for its abort: the abort is what it asked to exit with
         elif os.WIFSIGNALED(status):
@@ -348,24 +348,26 @@ class Shell:
             r.exit = p.RankExit(
                 rank=r.rank, exit_code=code, error="exited without calling MPI_Finalize" if early else ""
             )
-        if r.world == 0:
+        last = self._check_done()
+        if r.world == 0 and not last:  # the last exit goes with the final report, which follows at once
             self._background(self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit)))
-        elif self.spawner.reportable(r):
+        elif r.world > 0 and self.spawner.reportable(r):
             self._background(self.send(p.SpawnExited(job_id=self.launch.job_id, world=r.world, exit=r.exit)))
-        self._check_done()
 
     def _background(self, coroutine: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._tasks.discard)
 
-    def _check_done(self) -> None:
+    def _check_done(self) -> bool:
+        """Whether every process of the job has ended (then the final report goes out)."""
         procs = [*self.ranks.values(), *self.spawner.procs()]
         if all(r.exit is not None or (r.world > 0 and not r.pid) for r in procs):
             self.all_exited.set()
+        return self.all_exited.is_set()
 
     def stop(self) -> None:
-        """SIGTERM: stop every rank and spawned process (the NM follows up with SIGKILL if they linger)."""
+        """shell_stop: stop every rank and spawned process (the NM follows up with SIGKILL if they linger)."""
         self.stopping = True
         for r in [*self.ranks.values(), *self.spawner.procs()]:
             if r.pid and r.exit is None:
@@ -376,42 +378,28 @@ class Shell:
 
     # ------------------------------------------------------------------------------------------- main
 
-    async def _from_nm(self) -> None:
-        while True:
+    async def from_nm(self, msg: p.Message) -> None:
+        """A message from the NM about this job."""
+        if isinstance(msg, p.PmiBarrierOut):
             try:
-                msg = p.decode(await self.nm.recv(), p.MAX_NODE_MESSAGE)
-            except p.ProtocolError as exc:
-                print(f"storm-shell: bad message from the NM: {exc}", file=sys.stderr)
-                continue
-            if isinstance(msg, p.PmiBarrierOut):
-                try:
-                    replies = self.wireup.barrier_done(msg.seq, msg.kvs)
-                except ValueError as exc:  # a repeated answer (the MM restarted): the ranks already have it
-                    print(f"storm-shell: ignored: {exc}", file=sys.stderr)
-                    continue
-                if self.barrier is not None and self.barrier.seq == msg.seq:
-                    self.barrier = None
-                await self._reply(0, replies)
-            elif isinstance(msg, p.Ack) and msg.what == p.ShellDone.op:
-                self.acked.set()
-            elif isinstance(msg, p.PmiNameResult) and msg.job_id == self.launch.job_id:
-                answer = self.names.answer(msg)
-                if answer is not None:
-                    await self._write(*answer)
+                replies = self.wireup.barrier_done(msg.seq, msg.kvs)
+            except ValueError as exc:  # a repeated answer (the MM restarted): the ranks already have it
+                print(f"storm-shell: job {self.launch.job_id}: ignored: {exc}", file=sys.stderr)
+                return
+            if self.barrier is not None and self.barrier.seq == msg.seq:
+                self.barrier = None
+            await self._reply(0, replies)
+        elif isinstance(msg, p.Ack) and msg.what == p.ShellDone.op:
+            self.acked.set()
+        elif isinstance(msg, p.PmiNameResult):
+            answer = self.names.answer(msg)
+            if answer is not None:
+                await self._write(*answer)
+        elif isinstance(msg, p.ShellStop):
+            self.stop()
 
-    async def _follow_nm(self) -> None:
-        """Every connection after the first is to a restarted NM: tell it everything again."""
-        seen = 0
-        while True:
-            event = parse_monitor_message(await self.connections.recv_multipart())
-            if event["event"] != zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                continue
-            seen += 1
-            if seen > 1:
-                print("storm-shell: reconnected to storm-nm; sending the job's state again", file=sys.stderr)
-                await self._send_state()
-
-    async def _send_state(self) -> None:
+    async def send_state(self) -> None:
+        """Everything the NM knows of the job, again (to a restarted NM)."""
         if self.acked.is_set():
             return  # the NM has everything: it may even have forgotten the job by now
         job_id = self.launch.job_id
@@ -431,12 +419,9 @@ class Shell:
         if self.done is not None:
             await self.send(self.done)
 
-    async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, self.stop)
-        listener = loop.create_task(self._from_nm())
-        follower = loop.create_task(self._follow_nm())
-        await self.send(p.ShellHello(job_id=self.launch.job_id, pid=os.getpid()))
+    async def run(self) -> None:
+        """Start the ranks, serve them until every process of the job has ended, report that, and wait for
+        the NM's acknowledgement."""
         try:
             outputs = self._open_outputs()
         except OSError as exc:
@@ -460,57 +445,31 @@ class Shell:
                 await self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit))
         self._check_done()
         await self.all_exited.wait()
-        exits = tuple(r.exit for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.exit is not None)
+        await self.finish()
+        await self.acked.wait()
+
+    async def finish(self, failure: str = "") -> None:
+        """Every process of the job has ended (or, with ``failure``, the job shell could not run it): the
+        exits are written to the job directory, then reported."""
+        exits = tuple(
+            r.exit if r.exit is not None else p.RankExit(rank=r.rank, error=failure or "did not start")
+            for r in sorted(self.ranks.values(), key=lambda r: r.rank)
+        )
         done = p.ShellDone(job_id=self.launch.job_id, exits=exits)
         # Written first so that an NM restarted meanwhile can still learn how the ranks ended.
-        self.jobdir.exits.write_bytes(p.encode(done))
+        with contextlib.suppress(OSError):
+            self.jobdir.exits.write_bytes(p.encode(done))
         self.done = done
         await self.send(done)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.acked.wait(), ACK_WAIT_SECONDS)
-        listener.cancel()
-        follower.cancel()
-        await asyncio.gather(listener, follower, return_exceptions=True)
-        self.nm.disable_monitor()
-        self.connections.close(linger=0)
-        self.nm.close()
-        self.ctx.term()
-        return 0
+        self.on_done()
 
-
-def run_shell(
-    jobdir: Path,
-    *,
-    endpoint: str,
-    node: str,
-    cpus: list[int],
-    hook_library: str = "",
-    hook_segment: str = "",
-    hook_environment: dict[str, str] | None = None,
-    spawn_limit: int = NMConfig.spawn_limit,
-) -> int:
-    """Run the job shell of the job whose directory is ``jobdir`` until its last rank, and every process the
-    ranks spawned, has ended."""
-    directory = JobDir(jobdir)
-    launch = p.decode(directory.launch.read_bytes(), p.MAX_NODE_MESSAGE)
-    if not isinstance(launch, p.LaunchJob):
-        raise SystemExit(f"{directory.launch} does not hold a launch_job message")
-    hook = Hook(hook_library, hook_segment, hook_environment or {}) if hook_library else None
-    shell = Shell(launch, node, cpus, endpoint, directory, hook=hook, spawn_limit=spawn_limit)
-    return asyncio.run(shell.run())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """For running a job shell by hand while debugging; storm-nm forks them through nm/launcher.py."""
-    parser = argparse.ArgumentParser(prog="storm-shell")
-    parser.add_argument("--endpoint", required=True)
-    parser.add_argument("--node", required=True)
-    parser.add_argument("--cpus", required=True, help="CPU of each PE, comma-separated")
-    parser.add_argument("jobdir", type=Path)
-    args = parser.parse_args(argv)
-    cpus = [int(c) for c in args.cpus.split(",") if c]
-    return run_shell(args.jobdir, endpoint=args.endpoint, node=args.node, cpus=cpus)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def close(self) -> None:
+        """The job shell exits: nothing of this job is watched any more."""
+        loop = asyncio.get_running_loop()
+        for r in [*self.ranks.values(), *self.spawner.procs()]:
+            if r.pidfd >= 0:
+                loop.remove_reader(r.pidfd)
+                os.close(r.pidfd)
+                r.pidfd = -1
+        for task in self._tasks:
+            task.cancel()

@@ -136,7 +136,7 @@ class ContextSwitcher:
         self._f_priority = FcsParameters.f_priority  # FCS: which F processes have priority (the MM says)
         # FCS: the nice of the processes sharing a PE with a prioritized F process (the MM says)
         self._background_nice = FcsParameters.background_nice
-        self.group_nice: dict[int, int] = {}  # job -> the nice of its ranks' autogroup on this node
+        self.group_nice: dict[int, int] = {}  # pid of a rank or spawned process -> its autogroup's nice
         self.active: int | None = None
         self.durations: deque[float] = deque(maxlen=SAMPLES)  # seconds from arrival to effect
         self.switches = 0
@@ -243,7 +243,9 @@ class ContextSwitcher:
             self._classes.pop(key, None)
         for pid in [pid for pid, f in self.followers.items() if f.job_id == job_id]:
             del self.followers[pid]
-        self.group_nice.pop(job_id, None)
+            self.group_nice.pop(pid, None)
+        for pid in [pid for pid in self.group_nice if pid not in self._pids()]:
+            del self.group_nice[pid]
         self._suspended.discard(job_id)
         self._decisions_changed()
 
@@ -382,18 +384,18 @@ class ContextSwitcher:
                 changed[pid] = running
         return changed
 
+    def _pids(self) -> set[int]:
+        return {unit.pid for unit in self.units.values() if unit.pid} | set(self.followers)
+
     def _set_group_nice(self) -> None:
-        """A job's ranks on this node share one session, so one autogroup: it gets the priority of its
-        most favoured rank (a job with a rank that yields on one PE and one that has priority on another
-        must not yield on both)."""
-        wanted: dict[int, tuple[int, int]] = {}  # job -> (nice, a pid of the job)
-        for unit in self.units.values():
-            if unit.pid and (unit.job_id not in wanted or unit.nice < wanted[unit.job_id][0]):
-                wanted[unit.job_id] = (unit.nice, unit.pid)
-        for job_id, (nice, pid) in wanted.items():
-            if self.group_nice.get(job_id, 0) != nice:
+        """Each rank and spawned process leads a session of its own, so an autogroup of its own (the kernel
+        shares a CPU between autogroups first, by nice only within one): it gets the process's nice."""
+        wanted = {unit.pid: unit.nice for unit in self.units.values() if unit.pid}
+        wanted.update((pid, follower.nice) for pid, follower in self.followers.items())
+        for pid, nice in wanted.items():
+            if self.group_nice.get(pid, 0) != nice:
                 self.os.set_group_nice(pid, nice)
-                self.group_nice[job_id] = nice
+                self.group_nice[pid] = nice
 
     def _record(self, line: TraceLine) -> None:
         """One trace line (the caller checked that there is a trace)."""

@@ -27,7 +27,8 @@ class FakeProcesses:
         self.group_nice: dict[int, int] = {}
         self.stopped: set[int] = set()
         self.gone: set[int] = set()
-        self.sessions: dict[int, list[int]] = {}  # shell pid -> its session's members
+        self.sessions: dict[int, list[int]] = {}  # session leader's pid -> the session's members
+        self.parents: dict[int, int] = {}  # pid -> its parent's
         self.shm: set[str] = set()  # /dev/shm entries that exist
         self.removed: list[str] = []
         self.cpu: dict[int, int] = {}
@@ -46,6 +47,13 @@ class FakeProcesses:
         pid = self.spawn()
         self.sessions[pid] = [pid]
         return pid, 10_000 + pid  # a pidfd nobody reads: the tests end shells by calling the core
+
+    def child(self, parent: int) -> int:
+        """A new process of ``parent`` (a job shell's rank), leading a session of its own."""
+        pid = self.spawn()
+        self.parents[pid] = parent
+        self.sessions[pid] = [pid]
+        return pid
 
     def pidfd(self, pid: int) -> int | None:
         return None if pid in self.gone else 10_000 + pid
@@ -70,6 +78,9 @@ class FakeProcesses:
 
     def session_members(self, sid: int) -> list[int]:
         return [pid for pid in self.sessions.get(sid, []) if pid not in self.gone]
+
+    def parent(self, pid: int) -> int | None:
+        return None if pid in self.gone or pid >= self.next_pid else self.parents.get(pid, 1)
 
     def states(self, pids: list[int]) -> dict[int, str | None]:
         return {pid: None if pid in self.gone else "T" if pid in self.stopped else "R" for pid in pids}

@@ -116,12 +116,12 @@ def test_non_mpi_program_runs_on_every_rank(client: Client, tmp_path: Path) -> N
     assert lines == ["0 of 2", "1 of 2"]
 
 
-def test_each_rank_is_pinned_to_its_pe_and_leads_its_own_process_group(
+def test_each_rank_is_pinned_to_its_pe_and_leads_its_own_session(
     cluster: LocalCluster, client: Client, tmp_path: Path
 ) -> None:
     code = (
         "import os; print(os.environ['STORM_RANK'], os.environ['STORM_NODE'], "
-        "sorted(os.sched_getaffinity(0)), os.getpgrp() == os.getpid(), os.getsid(0) != os.getpid())"
+        "sorted(os.sched_getaffinity(0)), os.getpgrp() == os.getpid(), os.getsid(0) == os.getpid())"
     )
     # One file per rank: with unbuffered output (PYTHONUNBUFFERED, inherited) print's pieces are separate
     # writes, and two ranks appending to one file may interleave them.

@@ -198,11 +198,11 @@ def test_children_are_stopped_and_continued_with_their_job_under_gang(
         poll(lambda: client.job(other).state == "RUNNING", 30, "the other job to run")
         ranks, children = processes(job, tmp_path)
         root = ranks[0]
-        # Pinned as ranks are (to the root's PE on node0), each in a process group of its own, in the job
-        # shell's session.
+        # Pinned as ranks are (to the root's PE on node0), each leading a session (and process group) of its
+        # own, as ranks do.
         for pid in children:
             assert os.sched_getaffinity(pid) == os.sched_getaffinity(root)
-            assert os.getpgid(pid) == pid and os.getsid(pid) == os.getsid(root)
+            assert os.getpgid(pid) == pid and os.getsid(pid) == pid and os.getsid(root) == root
         together, apart = {True: 0, False: 0}, 0
         deadline = time.monotonic() + 4
         while time.monotonic() < deadline:

@@ -174,8 +174,8 @@ def test_coercion_errors_name_the_key(hint: object, value: object) -> None:
         ({"mm": {"backfill": "EASY"}}, "mm.backfill: 'EASY' is not one of easy, conservative, none"),
         ({"mm": {"node_timeout": 0}}, "mm.node_timeout and mm.kill_timeout must be positive"),
         ({"mm": {"node_timeout": "-1"}}, "mm.node_timeout and mm.kill_timeout must be positive"),
-        ({"nm": {"pes": -1}}, "nm.pes and nm.kill_grace must not be negative"),
-        ({"nm": {"kill_grace": -0.5}}, "nm.pes and nm.kill_grace must not be negative"),
+        ({"nm": {"pes": -1}}, "nm.pes, nm.kill_grace and nm.shell_idle must not be negative"),
+        ({"nm": {"kill_grace": -0.5}}, "nm.pes, nm.kill_grace and nm.shell_idle must not be negative"),
     ],
 )
 def test_validation(overrides: dict[str, dict[str, object]], expected: str) -> None:

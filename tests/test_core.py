@@ -433,7 +433,10 @@ def test_kill_timeout_ends_a_job_whose_node_never_confirms(store: Store) -> None
 
 def test_time_limit(store: Store) -> None:
     ctl = two_nodes(store)
+    assert ctl.next_deadline(T0) is None  # no job has a limit: the driver ticks at its own pace
     job_id = running(ctl, time_limit=60.0)
+    start = ctl.runs.active[job_id].start_time
+    assert start is not None and ctl.next_deadline(T0 + 1) == start + 60.0  # when to tick to end it on time
     alive(ctl, T0 + 55)
     ctl.tick(T0 + 60)
     assert ctl.outbox == []

@@ -1,7 +1,7 @@
 """storm-mm's core and three storm-nm cores in one process, exchanging the message objects the daemons
 exchange (no sockets, no processes, the in-memory store): the shape the simulator and the emulated node
-managers drive. Job shells are played by the test: they report their ranks started when launched, and
-their end when the job's time is up or their ranks were told to stop."""
+managers drive. Job shells are played by the test: a new one says it is ready, and each reports its ranks
+started when it is given a launch, and their end when the job's time is up or they were told to stop."""
 
 from __future__ import annotations
 
@@ -80,8 +80,12 @@ class Cores:
             self.queue.append((name, "mm", msg))
         for job_id in out.escalate:  # the grace period passes at once: the shells are gone by then
             self.nodes[name].escalate(job_id)
-        for job in out.watch:
-            self.shell_started(name, job.job_id)
+        for shell in out.watch_shells:  # a user's job shell, started: ready at once
+            ready = p.ShellReady(pid=shell.pid)
+            self.node_did(name, self.nodes[name].from_shell(b"shell", ready, (shell.pid, 1000), self.now))
+        for _, msg in out.to_shells:
+            if isinstance(msg, p.ShellLaunch):
+                self.shell_started(name, msg.launch.job_id)
 
     def run_queue(self) -> None:
         """Deliver until nothing is in flight; the MM's pass runs whenever the queue runs dry, as storm-mm
@@ -108,8 +112,7 @@ class Cores:
         node = self.nodes[name]
         fake, measured = self.fakes[name]
         job = node.jobs[job_id]
-        pids = {slot.rank: fake.spawn() for slot in job.launch.slots}
-        fake.sessions[job.shell_pid] += list(pids.values())
+        pids = {slot.rank: fake.child(job.shell_pid) for slot in job.launch.slots}
         for index in range(len(pids)):
             measured.measured[(job_id, index)] = COARSE
         started = p.RanksStarted(job_id=job_id, pids={str(r): q for r, q in pids.items()})

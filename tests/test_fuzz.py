@@ -42,7 +42,7 @@ from storm.mm import protocol as p
 from storm.tools.local_cluster import LocalCluster
 from tests.helpers import JOB_TIMEOUT, fd_count, poll, python_app, storm_cli
 from tests.test_cluster_input import fake_mm, node_dealer, standalone_nm
-from tests.test_protocol import CHANGE, EXAMPLES, JOB_INFO, NODE_INFO, PROFILE, RANK_STATS, pack
+from tests.test_protocol import CHANGE, EXAMPLES, JOB_INFO, LAUNCH, NODE_INFO, PROFILE, RANK_STATS, pack
 
 OPS = sorted(p.registered_ops())
 HINTS = {cls: typing.get_type_hints(cls) for cls in p.registered_ops().values()}
@@ -58,6 +58,7 @@ RECORDS: dict[type, Any] = {
     p.FcsParameters: p.FcsParameters(),
     p.BoxInfo: p.BoxInfo(base=(0, 1, 0), shape=(2, 1, 1)),
     p.TorusView: p.TorusView(dims=(1, 1, 2), nodes=("node0", ""), jobs=(3, 0)),
+    p.LaunchJob: LAUNCH,  # in shell_launch
 }
 # No '/': a fuzzed submit must never name a real directory for its output.
 ALPHABET = "abcxyz0179 _-.:=é中\u2028"

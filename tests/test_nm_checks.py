@@ -1,5 +1,5 @@
 """What a node manager refuses from a job shell (nm/checks.py): wrong ranks, foreign pids, replays that
-contradict, and PMI barriers out of order. Pure: process start times are passed in as a plain mapping."""
+contradict, and PMI barriers out of order. Pure: processes' parents are passed in as a plain mapping."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from storm.nm.jobdir import JobDir
 from storm.nm.local_jobs import LocalJob
 
 SHELL = 5000
-# Kernel start times (clock ticks): the shell started at 100; pid 1 (init) and 700 long before it.
-STARTS = {1: 1, 700: 50, SHELL: 100, 5001: 101, 5002: 102}
+# Each live process's parent: 5001 and 5002 are the shell's children; init, 700 and 5003 are not.
+PARENTS = {1: 0, 700: 1, SHELL: 1, 5001: SHELL, 5002: SHELL, 5003: 700}
 
 
-def start_time(pid: int) -> int | None:
-    return STARTS.get(pid)
+def parent(pid: int) -> int | None:
+    return PARENTS.get(pid)
 
 
 def local_job(tmp_path: Path) -> LocalJob:
@@ -32,7 +32,7 @@ def local_job(tmp_path: Path) -> LocalJob:
 
 
 def problem(job: LocalJob, msg: p.Message, next_barrier: int | None = 0) -> str | None:
-    return shell_problem(job, msg, "n1", next_barrier, start_time)
+    return shell_problem(job, msg, "n1", next_barrier, parent)
 
 
 def test_the_shell_s_own_reports_are_accepted(tmp_path: Path) -> None:
@@ -58,9 +58,9 @@ def test_the_shell_s_own_reports_are_accepted(tmp_path: Path) -> None:
         (p.RanksStarted(job_id=7, pids={"0": 5001}), "rank(s) [0] are not this node's ranks of the job"),
         (p.RanksStarted(job_id=7, pids={"2": 5001, "3": 5001}), "a process id given twice"),
         (p.RanksStarted(job_id=7, pids={"2": SHELL}), "or the shell's own"),
-        # The NM would signal these process groups as root: init's, and an older process's.
-        (p.RanksStarted(job_id=7, pids={"2": 1}), "process(es) [1] started before the job shell"),
-        (p.RanksStarted(job_id=7, pids={"2": 5001, "3": 700}), "process(es) [700] started before"),
+        # The NM would signal these process groups as root: init's, and another process's.
+        (p.RanksStarted(job_id=7, pids={"2": 1}), "process(es) [1] are not the job shell's children"),
+        (p.RanksStarted(job_id=7, pids={"2": 5001, "3": 5003}), "process(es) [5003] are not the job shell's"),
         (p.RankExited(job_id=7, exit=p.RankExit(rank=9, exit_code=0)), "rank 9 is not one of this node's"),
         (p.RankAborted(job_id=7, exit=p.RankExit(rank=0, exit_code=1)), "rank 0 is not one of this node's"),
         (p.ShellDone(job_id=7, exits=(p.RankExit(rank=2), p.RankExit(rank=2))), "once each"),
@@ -103,6 +103,6 @@ def test_barriers_come_in_order_one_at_a_time(tmp_path: Path) -> None:
     assert problem(job, barrier(17), next_barrier=None) is None
 
 
-def test_foreign_pids_once_the_shell_is_gone() -> None:
-    assert foreign_pids({"0": 1}, 999_999, start_time) == []  # no shell: the job ends, swept by session
-    assert foreign_pids({"0": 1, "1": 5001, "2": 700}, SHELL, start_time) == [1, 700]
+def test_foreign_pids_are_live_processes_the_shell_did_not_start() -> None:
+    assert foreign_pids({"0": 1, "1": 5001, "2": 700, "3": 4242}, SHELL, parent) == [1, 700]  # 4242: gone
+    assert foreign_pids({"0": 5001}, 999_999, parent) == [5001]  # another shell's child

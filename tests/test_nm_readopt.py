@@ -32,10 +32,13 @@ from storm.nm.processes import LinuxProcesses
 from storm.nm.switcher import ContextSwitcher
 from tests.helpers import poll
 
-# A stand-in job shell: a session leader whose two "ranks" are each in a process group of their own.
+# A stand-in job shell: a session leader whose two "ranks" each lead a session of their own, as a job
+# shell's do; or (argv[1] == "group"), as a storm-nm from before shared job shells left them, each in a
+# process group of its own in the shell's session.
 FAKE_SHELL = """
 import subprocess, sys
-ranks = [subprocess.Popen(["sleep", "60"], process_group=0) for _ in range(2)]
+own = {"process_group": 0} if sys.argv[1:] == ["group"] else {"start_new_session": True}
+ranks = [subprocess.Popen(["sleep", "60"], **own) for _ in range(2)]
 print(" ".join(str(r.pid) for r in ranks), flush=True)
 for r in ranks:
     r.wait()
@@ -66,15 +69,17 @@ def state(pid: int) -> str | None:
 
 
 @pytest.fixture
-def fake_shell() -> Iterator[tuple[subprocess.Popen[str], dict[int, int]]]:
+def fake_shell(request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[str], dict[int, int]]]:
+    style = getattr(request, "param", "session")
     shell = subprocess.Popen(
-        [sys.executable, "-c", FAKE_SHELL], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", FAKE_SHELL, style], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     assert shell.stdout is not None
     ranks = dict(enumerate(int(pid) for pid in shell.stdout.readline().split()))
     yield shell, ranks
-    for pid in LinuxProcesses().session_members(shell.pid):
-        os.kill(pid, signal.SIGKILL)
+    for leader in [shell.pid, *ranks.values()]:
+        for pid in LinuxProcesses().session_members(leader):
+            os.kill(pid, signal.SIGKILL)
     shell.wait()
     shell.stdout.close()
 
@@ -85,7 +90,7 @@ def left_by_old_nm(
     """The job directory and record a previous NM wrote for this job (through its own code)."""
     old = local_jobs(run_dir)
     jobdir = JobDir.of(run_dir, launch.job_id)
-    os.close(jobdir.create(launch.uid, launch.gid, p.encode(launch)))
+    jobdir.create(launch.uid, launch.gid, p.encode(launch))
     job = LocalJob(launch=launch, dir=jobdir, shell_pid=shell_pid, shell_start=old.os.start_time(shell_pid))
     job.hook_segment = segment
     job.pids = ranks
@@ -161,7 +166,9 @@ def test_a_reused_shell_pid_is_left_alone_and_the_job_finished(
     assert job.shell_pid == 0 and job.shell_pidfd == -1  # never to be signalled
     assert job.done is not None
     assert [e.rank for e in job.done.exits] == [0, 1] and all(e.error for e in job.done.exits)
-    assert all(state(pid) in ("S", "R") for pid in [shell.pid, *ranks.values()])  # untouched
+    # The ranks, still the processes the record names, are stopped with the job; the "reused" shell pid is
+    # not signalled: it exits by itself once they are gone.
+    assert shell.wait(timeout=10) == 0
 
 
 def test_a_shell_that_ended_meanwhile_is_finished_from_its_exits_file(tmp_path: Path) -> None:
@@ -188,17 +195,22 @@ def test_a_shell_that_ended_meanwhile_is_finished_from_its_exits_file(tmp_path: 
     assert not (Path("/dev/shm") / segment.lstrip("/")).exists()  # finished: its segment is gone
 
 
-@pytest.mark.parametrize("damage", ["no launch copy", "bad ranks"])
+@pytest.mark.parametrize(
+    ("damage", "fake_shell"), [("no launch copy", "session"), ("bad ranks", "group")], indirect=["fake_shell"]
+)
 def test_a_job_whose_records_are_unusable_is_swept(
     tmp_path: Path, fake_shell: tuple[subprocess.Popen[str], dict[int, int]], damage: str
 ) -> None:
+    """Swept by its ranks' sessions; a job of an older storm-nm, whose ranks were in its shell's session,
+    by that session (its ranks need not be known)."""
     shell, ranks = fake_shell
     jobdir = left_by_old_nm(tmp_path, launch_message(10, tmp_path), shell.pid, ranks)
     if damage == "no launch copy":
-        jobdir.nm_launch.unlink()  # only the user's copy is left: not to be trusted
+        jobdir.nm_launch.unlink()  # the launch the ranks were started from is gone: nothing to follow
     else:
         record = jobdir.load_record()
         assert record is not None
+        del record["own_shell"]  # written before job shells were shared
         jobdir.save_record({**record, "ranks": {"0": "garbage"}})
 
     async def scenario() -> LocalJobs:
@@ -237,9 +249,14 @@ class FakeNM:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.bind(endpoint)
         self.got: list[p.Message] = []
+        self.taken: set[int] = set()
         self.identity = b""
 
     def until(self, wanted: type[p.Message], check: object = None, timeout: float = 15.0) -> p.Message:
+        for msg in self.got:  # already here: each is returned once
+            if isinstance(msg, wanted) and (check is None or check(msg)) and id(msg) not in self.taken:  # type: ignore[operator]
+                self.taken.add(id(msg))
+                return msg
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.sock.poll(100):
@@ -247,6 +264,7 @@ class FakeNM:
                 msg = p.decode(body, p.MAX_NODE_MESSAGE)
                 self.got.append(msg)
                 if isinstance(msg, wanted) and (check is None or check(msg)):  # type: ignore[operator]
+                    self.taken.add(id(msg))
                     return msg
         raise AssertionError(f"no {wanted.op} within {timeout} s; got {[m.op for m in self.got]}")
 
@@ -264,16 +282,18 @@ def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
         11, tmp_path, argv=(sys.executable, str(tmp_path / "rank.py")), size=3, ranks_per_node=(2, 1)
     )
     jobdir = JobDir.of(tmp_path / "run", 11)
-    os.close(jobdir.create(os.getuid(), os.getgid(), p.encode(launch)))
+    jobdir.create(os.getuid(), os.getgid(), p.encode(launch))
     endpoint = f"ipc://{tmp_path / 'shells.sock'}"
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     nm = FakeNM(ctx, endpoint)
     shell = subprocess.Popen(
-        [sys.executable, "-m", "storm.nm.shell", "--endpoint", endpoint, "--node", "n0", "--cpus", "0",
-         str(jobdir.path)],
+        [sys.executable, "-m", "storm.nm.shell_server", "--endpoint", endpoint, "--node", "n0",
+         "--cpus", "0"],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
+        assert nm.until(p.ShellReady) == p.ShellReady(pid=shell.pid)
+        nm.send(p.ShellLaunch(launch=launch, jobdir=str(jobdir.path)))
         started = nm.until(p.RanksStarted)
         assert isinstance(started, p.RanksStarted) and len(started.pids) == 2
         nm.until(p.PmiBarrierIn, lambda m: m.seq == 0)
@@ -281,6 +301,7 @@ def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
 
         nm = FakeNM(ctx, endpoint)  # the next NM: the shell asks again, and gets its answer
         assert nm.until(p.RanksStarted) == started
+        assert p.ShellReady(pid=shell.pid) in nm.got
         nm.until(p.PmiBarrierIn, lambda m: m.seq == 0)
         nm.send(p.PmiBarrierOut(job_id=11, seq=0, kvs={}))
         poll(lambda: all(state(pid) in ("S", "R") for pid in started.pids.values()), 5, "ranks to run")
@@ -293,10 +314,12 @@ def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
         done = nm.until(p.ShellDone)
         assert isinstance(done, p.ShellDone)
         assert [(e.rank, e.exit_code) for e in done.exits] == [(0, 2), (1, 3)]
+        assert nm.until(p.ShellDone) == done  # again with the whole state, each exit first
         exited = {m.exit.rank: m.exit.exit_code for m in nm.got if isinstance(m, p.RankExited)}
         assert exited == {0: 2, 1: 3}
         nm.send(p.Ack(job_id=11, what=p.ShellDone.op))
-        assert shell.wait(timeout=4) == 0  # acknowledged: it does not wait out its 5 s
+        # Acknowledged, and an NM that did not start it gives it no new job: it exits.
+        assert shell.wait(timeout=10) == 0
     finally:
         nm.close()
         if shell.poll() is None:
@@ -307,3 +330,42 @@ def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
         shell.stderr.close()
         ctx.term()
     assert log.count("reconnected to storm-nm") == 2, log
+
+
+def test_a_job_shell_serves_its_users_jobs_until_retired(tmp_path: Path) -> None:
+    """Two jobs in one job shell, each rank in a session of its own; a stopped job ends by SIGTERM; retired,
+    the shell exits once its jobs are over."""
+    endpoint = f"ipc://{tmp_path / 'shells.sock'}"
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    nm = FakeNM(ctx, endpoint)
+    shell = subprocess.Popen(
+        [sys.executable, "-m", "storm.nm.shell_server", "--endpoint", endpoint, "--node", "n0",
+         "--cpus", "0"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        nm.until(p.ShellReady)
+        for job_id, argv in ((12, ("true",)), (13, ("sleep", "60"))):
+            launch = launch_message(job_id, tmp_path, argv=argv)
+            jobdir = JobDir.of(tmp_path / "run", job_id)
+            jobdir.create(os.getuid(), os.getgid(), p.encode(launch))
+            nm.send(p.ShellLaunch(launch=launch, jobdir=str(jobdir.path)))
+        done = nm.until(p.ShellDone, lambda m: m.job_id == 12)
+        assert [(e.rank, e.exit_code, e.error) for e in done.exits] == [(0, 0, ""), (1, 0, "")]
+        started = nm.until(p.RanksStarted, lambda m: m.job_id == 13)
+        assert isinstance(started, p.RanksStarted)
+        for pid in started.pids.values():
+            assert os.getsid(pid) == pid and os.getsid(pid) != os.getsid(shell.pid)
+        nm.send(p.ShellRetire())  # job 13 still runs: the shell stays
+        nm.send(p.ShellStop(job_id=13))
+        stopped = nm.until(p.ShellDone, lambda m: m.job_id == 13)
+        assert {e.signal for e in stopped.exits} == {signal.SIGTERM}
+        assert shell.wait(timeout=10) == 0  # retired: no acknowledgement awaited
+    finally:
+        nm.close()
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+        assert shell.stderr is not None
+        shell.stderr.close()
+        ctx.term()

@@ -53,13 +53,25 @@ def beat(seq: int, row: int, epoch: str = "mm-1", resets: tuple[int, ...] = ()) 
     return p.Heartbeat(epoch=epoch, seq=seq, row=row, sent=T0, slice=0.1, resets=resets)
 
 
+def ordered(node: Node, job_id: int, row: int = 0) -> p.ShellLaunch:
+    """Launch the job: what its job shell is asked to do (a new job shell says it is ready first)."""
+    out = node.from_mm(launch(job_id, row), T0)
+    assert out.to_mm == []
+    shell = node.jobs[job_id].shell_pid
+    if out.watch_shells:
+        assert [s.pid for s in out.watch_shells] == [shell]
+    if not out.to_shells:  # a new job shell: the launch waits until it is ready
+        out = node.from_shell(SHELL, p.ShellReady(pid=shell), (shell, os.getuid()), T0)
+    (order,) = [m for peer, m in out.to_shells if isinstance(m, p.ShellLaunch) and m.launch.job_id == job_id]
+    assert all(peer == SHELL for peer, _ in out.to_shells)
+    return order
+
+
 def start(node: Node, fake: FakeProcesses, job_id: int, row: int = 0) -> dict[int, int]:
     """Launch the job and let its shell report its two ranks started; returns rank -> pid."""
-    out = node.from_mm(launch(job_id, row), T0)
-    assert [j.job_id for j in out.watch] == [job_id] and out.to_mm == []
+    ordered(node, job_id, row)
     shell = node.jobs[job_id].shell_pid
-    pids = {0: fake.spawn(), 1: fake.spawn()}
-    fake.sessions[shell] += list(pids.values())
+    pids = {0: fake.child(shell), 1: fake.child(shell)}
     started = shell_says(
         node, job_id, p.RanksStarted(job_id=job_id, pids={str(r): q for r, q in pids.items()})
     )
@@ -85,15 +97,23 @@ def test_it_registers_until_the_mm_answers_then_reports_and_registers_again_when
     assert out.report_now and [m.op for m in node.reports()] == ["register_node"]
 
 
-def test_a_launch_starts_one_shell_with_a_segment_named_for_the_cluster_and_run(tmp_path: Path) -> None:
+def test_a_launch_goes_to_the_users_job_shell_with_a_segment_named_for_the_cluster_and_run(
+    tmp_path: Path,
+) -> None:
     node, fake, measured = make(tmp_path)
-    pids = start(node, fake, 7)
+    order = ordered(node, 7)
     assert len(fake.shells) == 1 and fake.shells[0]["node"] == "n0"
     name = measured.segments[7]
-    assert name.startswith("/storm-hook-c1-7-0-") and fake.shells[0]["hook_segment"] == name
+    assert name.startswith("/storm-hook-c1-7-0-") and order.hook_segment == name
+    assert order.jobdir == str(tmp_path / "jobs" / "7")
     assert node.from_mm(launch(7), T0) == Outcome()  # repeated: the first one is under way
-    assert len(fake.shells) == 1
+    shell = node.jobs[7].shell_pid
+    pids = {0: fake.child(shell), 1: fake.child(shell)}
+    shell_says(node, 7, p.RanksStarted(job_id=7, pids={str(r): q for r, q in pids.items()}))
     assert measured.jobs[7].pids == {0: pids[0], 1: pids[1]}
+    # The user's next job goes to the same job shell, at once.
+    assert ordered(node, 8).launch.job_id == 8 and len(fake.shells) == 1
+    assert node.jobs[8].shell_pid == shell
     # A second run of the job (another kvsname) gets another segment.
     other, _, measured2 = make(tmp_path / "b")
     other.from_mm(dataclasses.replace(launch(7), **{"kvsname": "storm_7_ffff"}), T0)
@@ -108,6 +128,14 @@ def test_a_shell_message_from_another_process_changes_nothing(tmp_path: Path) ->
     assert shell_says(node, 7, msg, pid=impostor) == Outcome()
     assert not node.jobs[7].ranks_known
     assert node.from_shell(SHELL, p.ShellHello(job_id=8, pid=1), (1, 0), T0) == Outcome()  # unknown job
+    # A job shell of the node that speaks of a job this NM does not know is told to stop it, and may
+    # forget its report. Nothing else changes.
+    shell = node.jobs[7].shell_pid
+    unknown = node.from_shell(SHELL, p.ShellHello(job_id=8, pid=shell), (shell, 0), T0)
+    assert unknown == Outcome(to_shells=[(SHELL, p.ShellStop(job_id=8))])
+    done = node.from_shell(SHELL, p.ShellDone(job_id=8, exits=()), (shell, 0), T0)
+    assert done == Outcome(to_shells=[(SHELL, p.Ack(job_id=8, what="shell_done"))])
+    assert list(node.jobs) == [7]
 
 
 def test_a_kill_freezes_the_ranks_before_listing_their_ucx_segments_and_sweeps_them(tmp_path: Path) -> None:
@@ -135,7 +163,7 @@ def test_a_kill_terms_the_ranks_then_kills_after_the_grace_and_the_report_is_ack
     assert out.escalate == [7]
     for pid in pids.values():
         assert (pid, signal.SIGCONT) in fake.signals and (pid, signal.SIGTERM) in fake.signals
-    assert (job.shell_pid, signal.SIGTERM) in fake.direct
+    assert (SHELL, p.ShellStop(job_id=7)) in out.to_shells
     assert node.from_mm(p.KillJob(job_id=7, reason="again"), T0).escalate == []  # already under way
     node.escalate(7)
     assert all((pid, signal.SIGKILL) in fake.signals for pid in pids.values())
@@ -178,13 +206,43 @@ def test_pmi_barriers_go_to_the_mm_in_order_and_return_to_the_shell(tmp_path: Pa
     assert shell_says(node, 7, p.PmiBarrierIn(job_id=7, node="n0", seq=5, kvs={})) == Outcome()  # not next
 
 
-def test_a_shell_that_dies_before_reporting_ends_the_job_with_every_rank_failed(tmp_path: Path) -> None:
+def test_a_job_shell_that_dies_ends_its_unreported_jobs_with_every_rank_failed(tmp_path: Path) -> None:
     node, fake, _ = make(tmp_path)
     start(node, fake, 7)
-    out = node.shell_exited(7)
-    (report,) = out.to_mm
-    assert isinstance(report, p.JobNodeDone) and [e.rank for e in report.exits] == [0, 1]
+    start(node, fake, 8)
+    shell = node.jobs[7].shell_pid
+    assert node.jobs[8].shell_pid == shell  # one job shell for the user's jobs
+    shell_says(node, 8, p.ShellDone(job_id=8, exits=(p.RankExit(rank=0), p.RankExit(rank=1))))
+    out = node.job_shell_ended(shell)
+    (report,) = out.to_mm  # job 8 had reported already
+    assert (
+        isinstance(report, p.JobNodeDone) and report.job_id == 7 and [e.rank for e in report.exits] == [0, 1]
+    )
     assert all("job shell ended" in e.error for e in report.exits)
+    ordered(node, 9)  # the user's next job starts another job shell
+    assert len(fake.shells) == 2 and node.jobs[9].shell_pid != shell
+
+
+def test_the_shell_of_a_job_a_previous_nm_left_ends_that_job(tmp_path: Path) -> None:
+    node, fake, _ = make(tmp_path)
+    start(node, fake, 7)
+    (report,) = node.shell_exited(7).to_mm  # its pidfd, as a re-adopted job's is watched
+    assert isinstance(report, p.JobNodeDone) and all("job shell ended" in e.error for e in report.exits)
+
+
+def test_an_idle_job_shell_is_retired_and_the_next_job_starts_another(tmp_path: Path) -> None:
+    node, fake, _ = make(tmp_path, shell_idle=1.0)
+    start(node, fake, 7)
+    assert node.tick(T0 + 5, T0 + 5).to_shells == []  # busy: never retired
+    shell_says(node, 7, p.ShellDone(job_id=7, exits=(p.RankExit(rank=0), p.RankExit(rank=1))))
+    assert node.tick(T0 + 5.1, T0 + 5.1).to_shells == []  # idle from now on
+    assert node.tick(T0 + 6.2, T0 + 6.2).to_shells == [(SHELL, p.ShellRetire())]
+    assert node.tick(T0 + 9, T0 + 9).to_shells == []  # once
+    ordered(node, 8)
+    assert len(fake.shells) == 2
+    # The NM exits leaving its jobs: a job shell with a job serves it on for the next NM.
+    assert node.retire_shells(T0 + 10, everyone=False).to_shells == []
+    assert node.retire_shells(T0 + 10, everyone=True).to_shells == [(SHELL, p.ShellRetire())]
 
 
 def test_a_launch_that_cannot_start_is_reported_failed_at_once(tmp_path: Path) -> None:
@@ -294,8 +352,7 @@ def test_spawned_processes_follow_their_job_and_a_failed_one_fails_it(tmp_path: 
     node.from_mm(registered("gang"), T0)
     start(node, fake, 7, row=1)
     shell = node.jobs[7].shell_pid
-    child = fake.spawn()
-    fake.sessions[shell].append(child)
+    child = fake.child(shell)
     spawned = p.Spawned(job_id=7, world=1, parent=0, pids={"0": child}, pes={"0": 0})
     assert shell_says(node, 7, spawned).to_mm == [p.JobSpawned(job_id=7, node="n0", world=1, processes=1)]
     node.heartbeat(beat(1, 0), T0, T0)  # row 0 runs: job 7's ranks and its child stop
@@ -304,7 +361,7 @@ def test_spawned_processes_follow_their_job_and_a_failed_one_fails_it(tmp_path: 
     out = shell_says(node, 7, p.SpawnExited(job_id=7, world=1, exit=failed))
     (failure,) = out.to_mm
     assert isinstance(failure, p.SpawnFailed) and failure.exit == failed and out.escalate == [7]
-    stranger = fake.spawn()  # not in the shell's session: refused
+    stranger = fake.spawn()  # not the shell's child: refused
     bogus = p.Spawned(job_id=7, world=2, parent=0, pids={"0": stranger}, pes={"0": 0})
     assert shell_says(node, 7, bogus) == Outcome()
 

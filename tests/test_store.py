@@ -180,6 +180,41 @@ def test_an_exception_rolls_back_everything(db: Path, open_store: Opener) -> Non
     assert peek(db, "SELECT id FROM jobs ORDER BY id") == [(kept.id,), (again.id,)]
 
 
+def test_a_failed_savepoint_undoes_only_its_own_writes_in_a_group_commit(
+    db: Path, open_store: Opener
+) -> None:
+    """storm-mm's group commit: several stimuli in one transaction, each in a savepoint; one that raises
+    leaves nothing, the others are committed together, once."""
+    store = open_store(db)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    with store.transaction():
+        with store.savepoint():
+            pass  # a stimulus that writes nothing costs no statement
+        with store.savepoint():
+            first = store.add_job(spec(1), 1.0)
+        with pytest.raises(KeyError), store.savepoint(), store.transaction():
+            store.add_job(spec(2), 2.0)
+            store.set_meta("k", "v")
+            raise KeyError("boom")
+        with store.savepoint():
+            third = store.add_job(spec(3), 3.0)
+        assert peek(db, "SELECT id FROM jobs") == []  # nothing is visible before the one commit
+    assert peek(db, "SELECT id FROM jobs ORDER BY id") == [(first.id,), (third.id,)]
+    assert store.get_meta("k") is None
+    assert statements.count("COMMIT") == 1 and statements.count("BEGIN IMMEDIATE") == 1
+    # The first writer began the transaction: it needs no savepoint of its own.
+    assert statements.count("SAVEPOINT stimulus") == 2 and statements.count("ROLLBACK TO stimulus") == 1
+    # A first writer that fails: its transaction is rolled back whole, the store usable again.
+    with store.transaction():
+        with pytest.raises(KeyError), store.savepoint():
+            store.add_job(spec(4), 4.0)
+            raise KeyError("boom")
+        with store.savepoint():
+            fifth = store.add_job(spec(5), 5.0)
+    assert peek(db, "SELECT id FROM jobs ORDER BY id") == [(first.id,), (third.id,), (fifth.id,)]
+
+
 def test_nodes_round_trip_and_upsert(db: Path, open_store: Opener) -> None:
     store = open_store(db)
     assert store.nodes() == []

@@ -89,9 +89,9 @@ def test_fcs_prioritizes_the_f_process_of_the_slot_over_the_dc_sharing_its_pe() 
     assert 100 not in fake.stopped and 200 not in fake.stopped
 
 
-def test_a_jobs_session_yields_only_if_all_its_ranks_on_the_node_yield() -> None:
-    """Job 2 has a DC rank on PE 0 beside job 1's F rank, and an F rank of its own slot on PE 1: its ranks
-    share one session (one autogroup), which must keep the priority of the favoured one."""
+def test_each_ranks_session_yields_as_the_rank_does() -> None:
+    """Job 2 has a DC rank on PE 0 beside job 1's F rank, and an F rank of its own slot on PE 1: each rank
+    leads a session (an autogroup) of its own, which yields only if its rank does."""
     fake = FakeProcesses()
     switcher = ContextSwitcher(fake)
     switcher.policy = Policy.FCS
@@ -103,7 +103,7 @@ def test_a_jobs_session_yields_only_if_all_its_ranks_on_the_node_yield() -> None
         switcher.set_class(key, klass)
     run(switcher, fake, 0)
     assert fake.nice == {200: BACKGROUND_NICE}
-    assert fake.group_nice == {}  # the session keeps nice 0: rank 1 of job 2 has priority on PE 1
+    assert fake.group_nice == {200: BACKGROUND_NICE}  # rank 1 of job 2 (pid 201) keeps priority on PE 1
 
 
 def test_the_kernel_takes_a_sessions_nice() -> None:

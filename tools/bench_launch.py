@@ -13,9 +13,12 @@ It prints a table and writes every raw figure as JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -23,6 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import zmq
+
+from storm.mm import protocol as p
 from storm.mm.protocol import JobState
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
@@ -65,21 +71,158 @@ def one_mpiexec_run(cwd: Path) -> float:
     return time.perf_counter() - t0
 
 
-def throughput(client: Client, cwd: Path, jobs: int) -> dict[str, float]:
-    t0 = time.perf_counter()
-    ids = [client.submit(["true"], 1, cwd=str(cwd), output="/dev/null") for _ in range(jobs)]
-    t_submitted = time.perf_counter()
-    ends = [client.wait(i, timeout=600) for i in ids]
-    t_done = time.perf_counter()
-    failed = [j.id for j in ends if j.state != JobState.COMPLETED]
+def measure_throughput(
+    jobs: int = 1000,
+    nodes: int = 2,
+    *,
+    pes_per_node: int = 1,
+    window: int = 200,
+    warmup: int = 50,
+    directory: Path | None = None,
+) -> dict[str, object]:
+    """Jobs per second end to end for a stream of one-rank ``true`` jobs on a throwaway local cluster.
+
+    ``jobs`` one-rank ``true`` jobs go to ``nodes`` node managers of ``pes_per_node`` PEs each through one
+    client connection, at most ``window`` of them unanswered (each submission's reply is followed at once by
+    a ``wait_job``), after ``warmup`` jobs that are not counted. The time is from the first submission sent
+    to the last job's end recorded: storm-mm answers a ``wait_job`` only once the job's terminal state is
+    committed to its store. Every job must end COMPLETED.
+
+    Returns ``jobs_per_second`` and a breakdown: CPU milliseconds per job of storm-mm, of the node managers
+    and of what they start (launcher, job shells and ranks), and of this client; the median and 99th
+    percentile of each job's wait in the queue (submit to start) and run (start to end) as storm-mm recorded
+    them; the host's load average before the run. It uses only what every storm has (a local cluster and
+    the client protocol), so it can measure an older installation too (``--against``).
+    """
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="storm-bench-tp-")))
+        cluster = LocalCluster(
+            dir=directory / "cluster", nodes=nodes, pes_per_node=pes_per_node,
+            mm_settings={"submit_rate": 1_000_000.0, "submit_burst": 1_000_000},
+            nm_settings={"kill_grace": 1.0},
+        )  # fmt: skip
+        cluster.up()
+        stack.callback(cluster.down)
+        cwd = str(directory)
+        _stream(cluster.endpoint, warmup, window, cwd)  # daemons warm: caches, connections, job shells
+        load = os.getloadavg()
+        daemons = {"mm": [cluster.mm.pid] if cluster.mm else [], "nm": [d.pid for d in cluster.nms]}
+        before, client_before = _cpu(daemons), _own_cpu()
+        started = time.perf_counter()
+        infos = _stream(cluster.endpoint, jobs, window, cwd)
+        seconds = time.perf_counter() - started
+        after, client_after = _cpu(daemons), _own_cpu()
+    failed = [i.id for i in infos if i.state != JobState.COMPLETED]
     if failed:
-        raise RuntimeError(f"throughput jobs failed: {failed}")
+        raise RuntimeError(f"{len(failed)} throughput job(s) did not complete, e.g. {failed[:5]}")
+    cpu_ms = {name: 1000 * (after[name] - before[name]) / jobs for name in after}
+    cpu_ms["client"] = 1000 * (client_after - client_before) / jobs
+    queued = [i.start_time - i.submit_time for i in infos if i.start_time is not None]
+    ran = [i.end_time - i.start_time for i in infos if i.start_time is not None and i.end_time is not None]
     return {
         "jobs": jobs,
-        "submit_seconds": t_submitted - t0,
-        "total_seconds": t_done - t0,
-        "submitted_per_second": jobs / (t_submitted - t0),
-        "completed_per_second": jobs / (t_done - t0),
+        "nodes": nodes,
+        "pes_per_node": pes_per_node,
+        "window": window,
+        "seconds": seconds,
+        "jobs_per_second": jobs / seconds,
+        "completed_per_second": jobs / seconds,  # the name storm bench system reads
+        "cpu_ms_per_job": cpu_ms,
+        "cpu_ms_per_job_total": sum(cpu_ms.values()),
+        "queued_ms": _percentiles(queued),
+        "ran_ms": _percentiles(ran),
+        "load_before": list(load),
+        "cpus": len(os.sched_getaffinity(0)),
+    }
+
+
+def _stream(endpoint: str, jobs: int, window: int, cwd: str) -> list[p.JobInfo]:
+    """Submit ``jobs`` one-rank ``true`` jobs over one DEALER, each followed by its ``wait_job``, with at most
+    ``window`` jobs unfinished; the jobs' records as their waits returned them."""
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    env = dict(os.environ)  # a user's environment travels with every job: its size is part of the cost
+    reqs = itertools.count(1)
+    ended: list[p.JobInfo] = []
+    submitted = 0
+    deadline = time.monotonic() + 60 + jobs / 10
+    try:
+        while len(ended) < jobs:
+            while submitted < jobs and submitted - len(ended) < window:
+                msg = p.SubmitJob(
+                    req=next(reqs), ranks=1, argv=("true",), cwd=cwd, env=env, output="/dev/null"
+                )
+                sock.send(p.encode(msg))
+                submitted += 1
+            if not sock.poll(max(1, int(1000 * (deadline - time.monotonic())))):
+                raise TimeoutError(f"{jobs - len(ended)} of {jobs} jobs had not ended in time")
+            reply = p.decode(sock.recv(), p.MAX_NODE_MESSAGE)
+            if isinstance(reply, p.JobSubmitted):
+                sock.send(p.encode(p.WaitJob(req=next(reqs), job_id=reply.job_id)))
+            elif isinstance(reply, p.JobList):
+                ended.extend(reply.jobs)
+            else:
+                raise RuntimeError(f"storm-mm answered {reply}")
+    finally:
+        sock.close()
+    return ended
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 on (field N of proc(5) is ``[N - 3]``), None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _tree_cpu(pid: int) -> tuple[float, float]:
+    """Seconds of CPU of a process itself, and of everything under it (live descendants and every child
+    reaped so far, which the kernel adds to its parent's)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {int(e): s for e in os.listdir("/proc") if e.isdigit() and (s := _stat(int(e))) is not None}
+    children: dict[int, list[int]] = {}
+    for child, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(child)
+    if pid not in stats:
+        return 0.0, 0.0
+    own = stats[pid]
+    below = (int(own[13]) + int(own[14])) / tick
+    pending = list(children.get(pid, []))
+    while pending:
+        child = pending.pop()
+        below += sum(int(v) for v in stats[child][11:15]) / tick  # utime, stime, cutime, cstime
+        pending.extend(children.get(child, []))
+    return (int(own[11]) + int(own[12])) / tick, below
+
+
+def _cpu(daemons: dict[str, list[int]]) -> dict[str, float]:
+    result = {"mm": 0.0, "nm": 0.0, "nm_children": 0.0}
+    for name, pids in daemons.items():
+        for pid in pids:
+            own, below = _tree_cpu(pid)
+            result[name] += own
+            if name == "nm":
+                result["nm_children"] += below
+    return result
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"median": 0.0, "p99": 0.0}
+    ordered = sorted(values)
+    return {
+        "median": 1000 * statistics.median(ordered),
+        "p99": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
     }
 
 
@@ -88,6 +231,7 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def run(repeats: int, jobs: int, nodes: int, pes: int, out: Path | None) -> dict[str, object]:
+    """The hello latencies against mpiexec, then the throughput stream (measure_throughput)."""
     with tempfile.TemporaryDirectory(prefix="storm-bench-") as tmp:
         work = Path(tmp)
         cluster = LocalCluster(
@@ -105,15 +249,11 @@ def run(repeats: int, jobs: int, nodes: int, pes: int, out: Path | None) -> dict
                     storm_done.append(done)
                     cli_done.append(one_cli_run(cluster, work))
                     mpiexec_done.append(one_mpiexec_run(work))
-                stream = throughput(client, work, jobs)
         finally:
             cluster.down()
+    stream = measure_throughput(jobs, nodes, pes_per_node=pes)
     result: dict[str, object] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "kernel": platform.release(),
-        },
+        "machine": machine(),
         "cluster": {"nodes": nodes, "pes_per_node": pes},
         "repeats": repeats,
         "hello_2_ranks_seconds": {
@@ -128,10 +268,78 @@ def run(repeats: int, jobs: int, nodes: int, pes: int, out: Path | None) -> dict
         },
         "throughput_true_jobs": stream,
     }
+    write(result, out)
+    return result
+
+
+def machine() -> dict[str, object]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "kernel": platform.release()}
+
+
+def write(result: dict[str, object], out: Path | None) -> None:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def measure_elsewhere(python: str, jobs: int, nodes: int, pes: int) -> dict[str, object]:
+    """measure_throughput run by another installation's interpreter (this file, its storm): old and new code
+    measured in one run, interleaved, so that the host's load hits both alike."""
+    argv = [python, __file__, "--worker", str(jobs), str(nodes), str(pes)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} could not measure: {done.stderr.strip()[-2000:]}")
+    result: dict[str, object] = json.loads(done.stdout)
     return result
+
+
+def throughput_runs(
+    repeats: int, jobs: int, nodes: int, pes: int, *, against: str | None = None, out: Path | None = None
+) -> dict[str, object]:
+    """``storm bench launch --throughput``: measure_throughput ``repeats`` times (and as many times through
+    the ``against`` interpreter, alternating)."""
+    ours: list[dict[str, object]] = []
+    theirs: list[dict[str, object]] = []
+    for _ in range(repeats):
+        ours.append(measure_throughput(jobs, nodes, pes_per_node=pes))
+        print_throughput(ours[-1], "this storm")
+        if against:
+            theirs.append(measure_elsewhere(against, jobs, nodes, pes))
+            print_throughput(theirs[-1], against)
+    result: dict[str, object] = {"machine": machine(), "runs": ours}
+    if against:
+        result["against"] = {"python": against, "runs": theirs}
+        rates = [statistics.median(_rate(r) for r in runs) for runs in (ours, theirs)]
+        result["speedup_of_medians"] = rates[0] / rates[1]
+        ratio = rates[0] / rates[1]
+        print(f"jobs/s, median of {repeats}: {rates[0]:.0f} here, {rates[1]:.0f} there: {ratio:.2f}x")
+    write(result, out)
+    return result
+
+
+def _rate(stream: dict[str, object]) -> float:
+    rate = stream["jobs_per_second"]
+    assert isinstance(rate, float)
+    return rate
+
+
+def print_throughput(stream: dict[str, object], label: str = "") -> None:
+    cpu = stream["cpu_ms_per_job"]
+    queued, ran = stream["queued_ms"], stream["ran_ms"]
+    assert isinstance(cpu, dict) and isinstance(queued, dict) and isinstance(ran, dict)
+    load = stream.get("load_before", [0.0])
+    assert isinstance(load, list)
+    print(
+        f"{label + ': ' if label else ''}{stream['jobs']} one-rank `true` jobs on {stream['nodes']} nodes x "
+        f"{stream['pes_per_node']} PE: {_rate(stream):.0f} jobs/s end to end "
+        f"(load {load[0]:.2f} before)"
+    )
+    parts = ", ".join(f"{name} {value:.2f}" for name, value in cpu.items())
+    print(f"  CPU ms per job: {parts}; total {stream['cpu_ms_per_job_total']:.2f}")
+    print(
+        f"  per job, ms (median / p99): queued {queued['median']:.1f} / {queued['p99']:.1f}, "
+        f"ran {ran['median']:.1f} / {ran['p99']:.1f}"
+    )
 
 
 def print_table(result: dict[str, object]) -> None:
@@ -148,27 +356,46 @@ def print_table(result: dict[str, object]) -> None:
         print(f"{name:28} {value:8.2f}x")
     stream = result["throughput_true_jobs"]
     assert isinstance(stream, dict)
-    print(
-        f"throughput: {stream['jobs']} one-rank `true` jobs, {stream['completed_per_second']:.1f} jobs/s "
-        f"completed ({stream['submitted_per_second']:.0f}/s accepted)"
-    )
+    print_throughput(stream, "throughput")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="storm bench launch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--jobs", type=int, default=200, help="jobs in the throughput stream")
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs in the throughput stream")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--pes-per-node", type=int, default=1)
     parser.add_argument(
-        "--json", type=Path, default=Path("results/launch.json"), help="where to write raw figures"
+        "--throughput", action="store_true", help="only the throughput stream, --repeats times"
     )
+    parser.add_argument(
+        "--against", metavar="PYTHON",
+        help="with --throughput: also measure the storm installed for this interpreter, alternating",
+    )  # fmt: skip
+    parser.add_argument(
+        "--json", type=Path, default=None, help="where to write raw figures (results/launch.json without"
+        " --throughput, else none)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    result = run(args.repeats, args.jobs, args.nodes, args.pes_per_node, args.json)
-    print_table(result)
-    print(f"raw figures: {args.json}")
+    if args.throughput:
+        throughput_runs(
+            args.repeats, args.jobs, args.nodes, args.pes_per_node, against=args.against, out=args.json
+        )
+    else:
+        out = args.json or Path("results/launch.json")
+        print_table(run(args.repeats, args.jobs, args.nodes, args.pes_per_node, out))
+        print(f"raw figures: {out}")
+    return 0
+
+
+def worker(argv: list[str]) -> int:
+    """For measure_elsewhere: one measurement, as JSON on stdout."""
+    jobs, nodes, pes = (int(a) for a in argv)
+    print(json.dumps(measure_throughput(jobs, nodes, pes_per_node=pes)))
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        sys.exit(worker(sys.argv[2:]))
     sys.exit(main())

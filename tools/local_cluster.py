@@ -5,7 +5,9 @@ Everything lives in one directory (``storm local up --dir``, default ``~/.local/
     storm.toml          the generated configuration
     local.json          pids (with their kernel start times) of the daemons, for `storm local down`
     mm/                 storm-mm's state: storm.db, mm.json (real endpoints), mm.log, mm.sock
-    nodes/nodeI/        storm-nm's run directory; nodes/nodeI.log its log
+    nodes/nodeI/        storm-nm's run directory; nodes/nodeI.log its log. Its jobs/ is a link into
+                        /dev/shm (memory, as /run is on a real node): a job's directory costs
+                        milliseconds of journaling on a disk, microseconds there
     emulated/           emulated node managers (``emulated``: emuI, tools/emulator.py): emulatorK.log, and
                         each node's run directory
     keys/               CURVE keys (mode 0700): mm.key(_secret), nodeI.key(_secret), and the allowed
@@ -32,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +49,7 @@ from storm.nm import procfs
 from storm.nm.switcher import TraceLine
 from storm.tools.client import Client, ClientError
 
+MEMORY = Path("/dev/shm")  # where node managers' job directories go (see the module's docstring)
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 EMULATED_PER_PROCESS = 256  # emulated node managers an emulator process takes before another is started
@@ -270,6 +274,13 @@ class LocalCluster:
         pes = [cpus[(index * self.pes_per_node + j) % len(cpus)] for j in range(self.pes_per_node)]
         run_dir = self.node_dir(name)
         run_dir.mkdir(parents=True, exist_ok=True)
+        jobs = run_dir / "jobs"
+        if jobs.is_symlink() and not jobs.exists():
+            jobs.unlink()  # its memory is gone (a reboot)
+        if not jobs.exists() and MEMORY.is_dir() and os.access(MEMORY, os.W_OK):
+            target = Path(tempfile.mkdtemp(prefix=f"storm-local-{name}-", dir=MEMORY))
+            target.chmod(0o755)  # job shells, as their users, reach their jobs' directories
+            jobs.symlink_to(target)
         argv = [
             sys.executable, "-m", "storm.nm.main", "--config", str(self.config_path),
             "--name", name, "--mm", self.node_endpoint, "--run-dir", str(run_dir),
@@ -460,6 +471,11 @@ class LocalCluster:
         if self.mm is not None:
             self.stop([self.mm])
         (self.dir / "local.json").unlink(missing_ok=True)
+        for name in self.node_names():
+            jobs = self.node_dir(name) / "jobs"
+            if jobs.is_symlink():
+                shutil.rmtree(jobs.resolve(), ignore_errors=True)
+                jobs.unlink()
 
 
 def toml_value(value: object) -> str:

@@ -134,6 +134,9 @@ class SimProcesses:
     def session_members(self, sid: int) -> list[int]:
         return list(self.table.sessions.get(sid, []))
 
+    def parent(self, pid: int) -> int | None:
+        return None  # the simulated shells report no process the node must check
+
     def states(self, pids: list[int]) -> dict[int, str | None]:
         table = self.table
         return {
