@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 from enum import StrEnum
 
 from storm.mm.codec import MAX_CLIENT_MESSAGE as MAX_CLIENT_MESSAGE
@@ -52,9 +51,12 @@ from storm.mm.codec import MAX_NODE_MESSAGE as MAX_NODE_MESSAGE
 from storm.mm.codec import Message as Message
 from storm.mm.codec import ProtocolError as ProtocolError
 from storm.mm.codec import check as _check
+from storm.mm.codec import (
+    dataclass,  # dataclasses.dataclass, its methods compiled once and kept (codec.py)
+    message,
+)
 from storm.mm.codec import decode as decode
 from storm.mm.codec import encode as encode
-from storm.mm.codec import message
 from storm.mm.codec import peek_req as peek_req
 from storm.mm.codec import prepare_decoding as prepare_decoding
 from storm.mm.codec import registered_ops as registered_ops
