@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.jobs import WAIT_EXIT_CODES
 from storm.mm.slurm_style import expand_path
 from storm.tools import views
 from storm.tools.client import Client, ClientError, default_local_dir
@@ -194,6 +193,8 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 def wait_for_job(client: Client, job_id: int) -> int:
     """Block until the job ends; the first Ctrl-C cancels it (as with srun), a second one stops waiting."""
+    from storm.mm.jobs import WAIT_EXIT_CODES  # the MM's job model (and torus): only --wait needs it
+
     try:
         job = client.wait(job_id)
     except KeyboardInterrupt:

@@ -21,17 +21,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
 from storm.mm import protocol as p
-from storm.mm.keys import (
-    HANDSHAKE_FAILURES,
-    KeyFileError,
-    curve_client,
-    handshake_problem,
-    read_keypair,
-    read_public_key,
-)
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MM_KEY = "/etc/storm/keys/mm.key"
@@ -108,11 +99,14 @@ class Client:
 
     def _curve(self) -> None:
         """A remote MM: CURVE with the user's key, and a monitor that reports a refused handshake."""
+        # Here, not at the top: a local client needs no keys, and a command's start-up is most of its time.
+        from storm.mm import keys
+
         self._key = os.environ.get("STORM_KEY") or str(default_key())
         mm_key = os.environ.get("STORM_MM_KEY") or DEFAULT_MM_KEY
         try:
-            own, server = read_keypair(Path(self._key)), read_public_key(Path(mm_key))
-        except KeyFileError as exc:
+            own, server = keys.read_keypair(Path(self._key)), keys.read_public_key(Path(mm_key))
+        except keys.KeyFileError as exc:
             self._sock.close()
             raise ClientError(
                 "no_key",
@@ -120,11 +114,16 @@ class Client:
                 f" ($STORM_KEY, default {default_key()}, made by `storm keygen`) and its public key"
                 f" ($STORM_MM_KEY, default {DEFAULT_MM_KEY})",
             ) from None
-        curve_client(self._sock, own, server)
-        self._monitor = self._sock.get_monitor_socket(HANDSHAKE_FAILURES)
+        keys.curve_client(self._sock, own, server)
+        self._monitor = self._sock.get_monitor_socket(keys.HANDSHAKE_FAILURES)
         self._monitor.setsockopt(zmq.LINGER, 0)
 
     def _refused(self) -> ClientError:
+        # zmq.utils.monitor imports asyncio (about 20 ms): only a refused CURVE handshake needs it.
+        from zmq.utils.monitor import parse_monitor_message
+
+        from storm.mm.keys import handshake_problem
+
         assert self._monitor is not None
         event = parse_monitor_message(self._monitor.recv_multipart())
         text = handshake_problem(
