@@ -86,6 +86,7 @@ class _CompiledMethods:
         self.path = ""  # nowhere to keep them (a module without a file): compiled every time
         self.tag = f"{sys.version} optimize={sys.flags.optimize}"
         self.codes: dict[str, types.CodeType] = {}
+        self.compiled = 0  # in this process: 0 when every method came from the file
         self.dirty = False
         if not module_file:
             return
@@ -110,6 +111,7 @@ class _CompiledMethods:
         if code is None:
             code = compile(source, "<string>", "exec")  # what exec() compiles text as, name and all
             self.codes[source] = code
+            self.compiled += 1
             if self.path and not self.dirty and not sys.dont_write_bytecode:
                 self.dirty = True
                 atexit.register(self.save)
