@@ -471,6 +471,7 @@ def add_cluster_commands(sub: Any) -> None:
         "table; mpi4py: mpi4py's own test suite under storm's policies against mpiexec; "
         "schedule: one scheduling pass over long queues, per backfill mode (in memory, no cluster); "
         "submit: submissions accepted per second from one client connection; "
+        "cli: how long storm submit, queue and show take from a shell, and a shell loop of submissions; "
         "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster); "
         "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus"
     )
@@ -484,6 +485,7 @@ def add_cluster_commands(sub: Any) -> None:
         "classes",
         "schedule",
         "submit",
+        "cli",
         "sim",
         "torus",
     )
