@@ -11,6 +11,9 @@ walk it; every other command (a benchmark, the simulator, ``storm watch``, ``sto
 collector on, as any program. The exit still flushes output, runs exit handlers and closes sockets; only
 garbage in reference cycles is not collected, and the kernel frees it with the process.
 
+A SHORT command also reaches a local storm-mm without pyzmq, whose import takes longer than the rest of
+the command (client.ONE_SHOT: tools/zmtp.py's Dealer, which connects once and does not reconnect).
+
 ``python -m storm.tools.cli`` and tests that call cli.main() are not affected.
 """
 
@@ -41,7 +44,11 @@ def main() -> None:
     from storm.tools.cli import main as cli_main  # with everything it imports, while the collector is off
 
     quick = short(sys.argv[1:])
-    if not quick:
+    if quick:
+        from storm.tools import client
+
+        client.ONE_SHOT = True
+    else:
         gc.enable()
     try:
         status = cli_main()
