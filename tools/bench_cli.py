@@ -152,8 +152,8 @@ def hold_every_pe(client: Client, cwd: str, timeout: float = 30.0) -> int | None
     pes = sum(n.pes for n in client.nodes() if n.state == "UP")
     blocker = client.submit(["sleep", "3600"], pes, cwd=cwd, name="bench-cli-hold", output="/dev/null")
     deadline = time.monotonic() + timeout
-    while client.job(blocker).state != p.JobState.RUNNING:
-        if time.monotonic() > deadline:
+    while (state := client.job(blocker).state) != p.JobState.RUNNING:
+        if state in p.TERMINAL_STATES or time.monotonic() > deadline:
             client.cancel((blocker,))
             return None
         time.sleep(0.05)

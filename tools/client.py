@@ -118,7 +118,7 @@ class Client:
         )
 
     def _local(self, path: str) -> Dealer:
-        from storm.tools.zmtp import Dealer
+        from storm.tools.zmtp import Dealer, ZmtpError
 
         try:
             return Dealer(path, self.timeout, p.MAX_NODE_MESSAGE)
@@ -126,8 +126,10 @@ class Client:
             raise self._unreachable() from None
         except TimeoutError:
             raise self._timeout(self.timeout) from None
-        except OSError as exc:  # ZmtpError is one too
-            raise self._lost(exc) from None
+        except ZmtpError as exc:
+            raise ClientError("unreachable", f"storm-mm at {self.endpoint}: {exc}") from None
+        except OSError as exc:  # pyzmq would retry in silence until the timeout
+            raise ClientError("unreachable", f"cannot connect to {self.endpoint}: {exc.strerror}") from None
 
     def _timeout(self, wait: float) -> ClientError:
         return ClientError("timeout", f"storm-mm at {self.endpoint} did not answer within {wait:g} s")

@@ -15,7 +15,7 @@ where CURVE is needed, uses pyzmq (tools/client.py decides).
 
 from __future__ import annotations
 
-import _socket  # socket.py would add about 3 ms of enum building for nothing used here
+import _socket  # socket.py would add some 2 ms (its enums, selectors) for nothing used here
 import time
 
 # Signature (0xFF, 8 bytes of padding: libzmq puts the length of its empty identity + 1, 0x7F), version 3.0,
