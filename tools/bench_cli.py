@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -140,7 +141,7 @@ def summary(seconds: list[float]) -> Json:
     ordered = sorted(seconds)
     return {
         "median": statistics.median(ordered) * 1000,
-        "p90": ordered[int(0.9 * (len(ordered) - 1))] * 1000,
+        "p90": ordered[math.ceil(0.9 * len(ordered)) - 1] * 1000,  # nearest rank
         "min": ordered[0] * 1000,
         "runs": len(ordered),
     }
