@@ -17,7 +17,9 @@ import zmq
 
 from storm.mm import protocol as p
 from storm.tools import bench_cli
+from storm.tools.client import Client
 from storm.tools.command import short
+from storm.tools.local_cluster import LocalCluster
 
 # Each costs a short command time for nothing it does: pyzmq takes longer to import than the rest of the
 # command (a local MM is reached with tools/zmtp.py); asyncio (with ssl, subprocess, concurrent.futures)
@@ -246,3 +248,19 @@ def test_import_report_keeps_only_top_level_imports() -> None:
         "import time:        50 |        900 | storm.tools.cli\n"
     )
     assert bench_cli.top_imports(report) == [("zmq", 500), ("storm.tools.cli", 900)]
+
+
+@pytest.mark.slow
+def test_measure_cli_times_every_command_and_both_loops(cluster: LocalCluster) -> None:
+    """What storm bench scale calls: against a running cluster, one run of each command and loops of 2."""
+    result = bench_cli.measure_cli(cluster.dir, repeats=1, loop=2)
+    commands = result["storm"]["commands"]
+    assert set(commands) == set(bench_cli.COMMANDS)
+    for name in bench_cli.GOAL_COMMANDS:
+        figures = commands[name]
+        assert figures["wall_ms"]["runs"] == 1 and figures["wall_ms"]["median"] > figures["mm_ms"] > 0
+        assert isinstance(figures["goal_met"], bool) and figures["imports_ms"] > 0
+    assert result["storm"]["held"] is True
+    assert result["storm"]["loop_held"]["count"] == result["storm"]["loop"]["count"] == 2
+    with Client(cluster.endpoint) as client:  # the blocker and the held jobs are gone; the last 2 may run
+        assert len(client.jobs()) <= 2 and "bench-cli-hold" not in {j.name for j in client.jobs()}

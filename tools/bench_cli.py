@@ -274,14 +274,16 @@ def measure_cli(
     submitted: list[int] = []
     with tempfile.TemporaryDirectory(prefix="storm-bench-cli-") as cwd, Client(endpoint) as client:
         blocker = hold_every_pe(client, cwd) if hold else None
-        results = time_commands(scripts, client, repeats, env=env, cwd=cwd, submitted=submitted)
-        mm_submit = results["storm"]["commands"]["submit"]["mm_ms"] / 1000
-        for name, script in scripts.items():
-            results[name]["held"] = blocker is not None
-            if loop and blocker is not None:
-                results[name]["loop_held"], queued = shell_loop(script, loop, env, cwd, mm_submit)
-                submitted.extend(queued)
-        drain(client, [*submitted, *([blocker] if blocker else [])])
+        try:
+            results = time_commands(scripts, client, repeats, env=env, cwd=cwd, submitted=submitted)
+            mm_submit = results["storm"]["commands"]["submit"]["mm_ms"] / 1000
+            for name, script in scripts.items():
+                results[name]["held"] = blocker is not None
+                if loop and blocker is not None:
+                    results[name]["loop_held"], queued = shell_loop(script, loop, env, cwd, mm_submit)
+                    submitted.extend(queued)
+        finally:  # a cluster of the caller's (--dir) is left without the blocker, whatever happened
+            drain(client, [*submitted, *([blocker] if blocker else [])])
         if loop:
             for name, script in scripts.items():
                 results[name]["loop"], _ = shell_loop(script, loop, env, cwd, mm_submit)
