@@ -11,7 +11,6 @@ import math
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, Union
 
 import msgpack
@@ -21,21 +20,26 @@ MAX_CLIENT_MESSAGE = 1 << 20
 # PMI barriers carry every rank's network address (about 2 KiB per rank with UCX): allow big jobs.
 MAX_NODE_MESSAGE = 64 << 20
 
+
 class ProtocolError(ValueError):
     """A message that cannot be accepted: malformed, oversized, unknown or impossible."""
+
 
 def check(condition: bool, text: str) -> None:
     if not condition:
         raise ProtocolError(text)
 
-@dataclass(frozen=True, kw_only=True)
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Message:
     """Base of every message; ``op`` is its stable name on the wire."""
 
     op: ClassVar[str] = ""
 
+
 _REGISTRY: dict[str, type[Message]] = {}
 M = TypeVar("M", bound=type[Message])
+
 
 def message(op: str) -> Callable[[M], M]:
     """Register a message class under its wire name."""
@@ -49,12 +53,15 @@ def message(op: str) -> Callable[[M], M]:
 
     return register
 
+
 def registered_ops() -> dict[str, type[Message]]:
     return dict(_REGISTRY)
+
 
 # The kinds of value msgpack takes as they are.
 _PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
 _FIELDS: dict[type, tuple[str, ...] | None] = {}  # per type: a dataclass's field names, None for others
+
 
 def _to_wire(value: Any) -> Any:
     kind = type(value)
@@ -73,13 +80,16 @@ def _to_wire(value: Any) -> Any:
         return {k: _to_wire(v) for k, v in value.items()}
     return value
 
+
 def encode(msg: Message) -> bytes:
     body = _to_wire(msg)
     body["op"] = msg.op
     packed: bytes = msgpack.packb(body, use_bin_type=True)
     return packed
 
+
 _HINTS: dict[type, dict[str, Any]] = {}
+
 
 def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS.get(cls)
@@ -87,6 +97,7 @@ def _hints(cls: type) -> dict[str, Any]:
         hints = typing.get_type_hints(cls)
         _HINTS[cls] = hints
     return hints
+
 
 def prepare_decoding() -> None:
     """Resolve every message's field types, and make its decoding plan, now rather than at first use (the
@@ -101,14 +112,17 @@ def prepare_decoding() -> None:
         else:
             pending.extend(typing.get_args(hint))
 
+
 Converter = Callable[[Any, str], Any]  # (value as decoded by msgpack, where it is) -> the field's value
 _CONVERTERS: dict[Any, Converter] = {}
 # Per message or record class: each field's name, converter, whether it may be absent, and the type a value
 # of it already has when it needs no conversion (str, bool, bytes: msgpack gives exactly those; None: ask).
 _PLANS: dict[type, tuple[tuple[str, Converter, bool, type | None], ...]] = {}
 
+
 def _convert(value: Any, hint: Any, where: str) -> Any:
     return _converter(hint)(value, where)
+
 
 def _converter(hint: Any) -> Converter:
     """The check and conversion of a value of type ``hint``, made once per type: decoding walks every field
@@ -117,6 +131,7 @@ def _converter(hint: Any) -> Converter:
     if found is None:
         found = _CONVERTERS[hint] = _make_converter(hint)
     return found
+
 
 def _make_converter(hint: Any) -> Converter:
     origin = typing.get_origin(hint)
@@ -191,6 +206,7 @@ def _make_converter(hint: Any) -> Converter:
         return lambda value, where: _build(hint, value, where)
     raise TypeError(f"unsupported field type {hint!r}")  # a bug in this module, not bad input
 
+
 def _plan(cls: type) -> tuple[tuple[str, Converter, bool, type | None], ...]:
     plan = _PLANS.get(cls)
     if plan is None:
@@ -205,6 +221,7 @@ def _plan(cls: type) -> tuple[tuple[str, Converter, bool, type | None], ...]:
             for f in dataclasses.fields(cls)
         )
     return plan
+
 
 def _build(cls: type, value: Any, where: str) -> Any:
     check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
@@ -221,6 +238,7 @@ def _build(cls: type, value: Any, where: str) -> Any:
     except ProtocolError as exc:
         raise ProtocolError(f"{where}: {exc}") from None
 
+
 def decode(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> Message:
     """Decode and validate one message; raise ProtocolError for anything that is not a valid message."""
     check(len(data) <= max_bytes, f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
@@ -236,6 +254,7 @@ def decode(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> Message:
     assert cls is not None
     built: Message = _build(cls, body, op)
     return built
+
 
 def peek_req(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> int:
     """The ``req`` of a message that failed to decode, if it can be found, so the error reaches its waiter."""

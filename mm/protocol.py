@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 from enum import StrEnum
 
+from storm.mm.cached_dataclass import dataclass  # its methods compiled once and kept
 from storm.mm.codec import MAX_CLIENT_MESSAGE as MAX_CLIENT_MESSAGE
 from storm.mm.codec import MAX_NODE_MESSAGE as MAX_NODE_MESSAGE
 from storm.mm.codec import Message as Message

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.jobs import WAIT_EXIT_CODES
 from storm.mm.slurm_style import expand_path
 from storm.tools import views
 from storm.tools.client import Client, ClientError, default_local_dir
@@ -194,6 +193,8 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 def wait_for_job(client: Client, job_id: int) -> int:
     """Block until the job ends; the first Ctrl-C cancels it (as with srun), a second one stops waiting."""
+    from storm.mm.jobs import WAIT_EXIT_CODES  # the MM's job model (and torus): only --wait needs it
+
     try:
         job = client.wait(job_id)
     except KeyboardInterrupt:
@@ -487,6 +488,7 @@ def add_cluster_commands(sub: Any) -> None:
         "table; mpi4py: mpi4py's own test suite under storm's policies against mpiexec; "
         "schedule: one scheduling pass over long queues, per backfill mode (in memory, no cluster); "
         "submit: submissions accepted per second from one client connection; "
+        "cli: how long storm submit, queue and show take from a shell, and a shell loop of submissions; "
         "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster); "
         "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus; "
         "scale: issue 18's figures beside its goals (heartbeat spread, 1,024 emulated node managers, "
@@ -502,6 +504,7 @@ def add_cluster_commands(sub: Any) -> None:
         "classes",
         "schedule",
         "submit",
+        "cli",
         "sim",
         "torus",
         "scale",

@@ -8,6 +8,10 @@ A ``tcp://`` endpoint is a remote MM's ``[mm] client_tcp_endpoint``, reached wit
 client's key pair comes from ``$STORM_KEY`` (default ``~/.config/storm/USER.key_secret``, what ``storm
 keygen USER`` writes) and the MM's public key from ``$STORM_MM_KEY`` (default ``/etc/storm/keys/mm.key``).
 A refused key or a handshake that fails is a ClientError at once, not a time-out.
+
+The ``storm`` program sets ONE_SHOT for a command that asks one thing and exits: a local MM is then reached
+through tools/zmtp.py's Dealer (the standard library: pyzmq takes longer to import than such a command
+takes to run), which does not reconnect, so a lost connection is an error at once.
 """
 
 from __future__ import annotations
@@ -18,24 +22,20 @@ import json
 import os
 import pwd
 from pathlib import Path
-from typing import TypeVar
-
-import zmq
-from zmq.utils.monitor import parse_monitor_message
+from typing import TYPE_CHECKING, TypeVar
 
 from storm.mm import protocol as p
-from storm.mm.keys import (
-    HANDSHAKE_FAILURES,
-    KeyFileError,
-    curve_client,
-    handshake_problem,
-    read_keypair,
-    read_public_key,
-)
+
+if TYPE_CHECKING:
+    import zmq
+
+    from storm.tools.zmtp import Dealer
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MM_KEY = "/etc/storm/keys/mm.key"
 R = TypeVar("R", bound=p.Message)
+# Set by tools/command.py for a command that asks storm-mm one thing and exits (see above).
+ONE_SHOT = False
 
 
 class ClientError(RuntimeError):
@@ -89,30 +89,67 @@ def find_endpoint(explicit: str | None = None) -> str:
 class Client:
     """A synchronous request/reply connection to storm-mm."""
 
+    _sock: zmq.Socket[bytes]  # pyzmq's DEALER, unless a Dealer of tools/zmtp.py is used (ONE_SHOT)
+
     def __init__(self, endpoint: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.endpoint = find_endpoint(endpoint)
         if self.endpoint.startswith("ipc://") and not os.path.exists(self.endpoint[len("ipc://") :]):
-            raise ClientError(
-                "unreachable",
-                f"no storm-mm listens at {self.endpoint} (start one with `storm local up`, or set STORM_MM)",
-            )
+            raise self._unreachable()
         self.timeout = timeout
-        self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
         self._monitor: zmq.Socket[bytes] | None = None
+        self._dealer: Dealer | None = None
         self._key = ""
+        self._reqs = itertools.count(1)
+        if ONE_SHOT and self.endpoint.startswith("ipc://"):
+            self._dealer = self._local(self.endpoint[len("ipc://") :])
+            return
+        import zmq  # not at the top: a ONE_SHOT command to a local MM does without it
+
+        self._sock = zmq.Context.instance().socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
         if self.endpoint.startswith("tcp://"):
             self._curve()
         self._sock.connect(self.endpoint)
-        self._reqs = itertools.count(1)
+
+    def _unreachable(self) -> ClientError:
+        return ClientError(
+            "unreachable",
+            f"no storm-mm listens at {self.endpoint} (start one with `storm local up`, or set STORM_MM)",
+        )
+
+    def _local(self, path: str) -> Dealer:
+        from storm.tools.zmtp import Dealer, ZmtpError
+
+        try:
+            return Dealer(path, self.timeout, p.MAX_NODE_MESSAGE)
+        except (FileNotFoundError, ConnectionRefusedError):  # no socket, or nobody behind it (a stale one)
+            raise self._unreachable() from None
+        except TimeoutError:
+            raise self._timeout(self.timeout) from None
+        except ZmtpError as exc:
+            raise ClientError("unreachable", f"storm-mm at {self.endpoint}: {exc}") from None
+        except OSError as exc:  # pyzmq would retry in silence until the timeout
+            raise ClientError("unreachable", f"cannot connect to {self.endpoint}: {exc.strerror}") from None
+
+    def _timeout(self, wait: float) -> ClientError:
+        return ClientError("timeout", f"storm-mm at {self.endpoint} did not answer within {wait:g} s")
+
+    def _lost(self, exc: OSError) -> ClientError:
+        text = exc.strerror or str(exc)
+        return ClientError("unreachable", f"storm-mm at {self.endpoint}: {text} (did it stop or restart?)")
 
     def _curve(self) -> None:
         """A remote MM: CURVE with the user's key, and a monitor that reports a refused handshake."""
+        # Here, not at the top: a local client needs no keys, and a command's start-up is most of its time.
+        import zmq
+
+        from storm.mm import keys
+
         self._key = os.environ.get("STORM_KEY") or str(default_key())
         mm_key = os.environ.get("STORM_MM_KEY") or DEFAULT_MM_KEY
         try:
-            own, server = read_keypair(Path(self._key)), read_public_key(Path(mm_key))
-        except KeyFileError as exc:
+            own, server = keys.read_keypair(Path(self._key)), keys.read_public_key(Path(mm_key))
+        except keys.KeyFileError as exc:
             self._sock.close()
             raise ClientError(
                 "no_key",
@@ -120,11 +157,17 @@ class Client:
                 f" ($STORM_KEY, default {default_key()}, made by `storm keygen`) and its public key"
                 f" ($STORM_MM_KEY, default {DEFAULT_MM_KEY})",
             ) from None
-        curve_client(self._sock, own, server)
-        self._monitor = self._sock.get_monitor_socket(HANDSHAKE_FAILURES)
+        keys.curve_client(self._sock, own, server)
+        self._monitor = self._sock.get_monitor_socket(keys.HANDSHAKE_FAILURES)
         self._monitor.setsockopt(zmq.LINGER, 0)
 
     def _refused(self) -> ClientError:
+        # zmq.utils.monitor imports asyncio (about 20 ms): only a refused CURVE handshake needs it.
+        import zmq
+        from zmq.utils.monitor import parse_monitor_message
+
+        from storm.mm.keys import handshake_problem
+
         assert self._monitor is not None
         event = parse_monitor_message(self._monitor.recv_multipart())
         text = handshake_problem(
@@ -136,6 +179,9 @@ class Client:
         return ClientError("unauthenticated", text)
 
     def close(self) -> None:
+        if self._dealer is not None:
+            self._dealer.close()
+            return
         if self._monitor is not None:
             self._sock.disable_monitor()
             self._monitor.close()
@@ -149,6 +195,16 @@ class Client:
 
     def receive(self, timeout: float | None = None) -> p.Message:
         wait = self.timeout if timeout is None else timeout
+        if self._dealer is not None:
+            try:
+                data = self._dealer.recv(None if wait <= 0 else wait)
+            except ConnectionError as exc:
+                raise self._lost(exc) from None
+            if data is None:
+                raise self._timeout(wait)
+            return p.decode(data, p.MAX_NODE_MESSAGE)
+        import zmq
+
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         if self._monitor is not None:
@@ -157,13 +213,19 @@ class Client:
         if self._sock not in ready:
             if self._monitor in ready:
                 raise self._refused()
-            raise ClientError("timeout", f"storm-mm at {self.endpoint} did not answer within {wait:g} s")
+            raise self._timeout(wait)
         return p.decode(self._sock.recv(), p.MAX_NODE_MESSAGE)
 
     def call(self, request: p.Request, expect: type[R], timeout: float | None = None) -> R:
         req = next(self._reqs)
         request = dataclasses.replace(request, req=req)
-        self._sock.send(p.encode(request))
+        if self._dealer is not None:
+            try:
+                self._dealer.send(p.encode(request))
+            except ConnectionError as exc:
+                raise self._lost(exc) from None
+        else:
+            self._sock.send(p.encode(request))
         while True:
             reply = self.receive(timeout)
             if isinstance(reply, p.Reply) and reply.req not in (req, 0):
