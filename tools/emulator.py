@@ -6,10 +6,12 @@
 storm-mm (a DEALER whose routing id is its name, as storm-nm's) and its own heartbeat subscription (SUB,
 CONFLATE), with CURVE when ``[nm] key`` is given (one key pair may serve every emulated node, as any node
 key may act as any node). To storm-mm they are node managers like any other, so real and emulated ones mix
-in one cluster. Their ranks are simulated (tools/emulated.py): a launch is acknowledged, the job "runs" for
-the time its command says (``sleep N``, ``true``) and reports its end through the same messages a real
-node sends. It is a driver of the node core, as DESIGN.md section 6 has it: the real clock, real sockets,
-the daemon's own rules for heartbeat instants and reports; only fork, signals and /proc are emulated.
+in one cluster. Their job shells and ranks are simulated (tools/emulated.py): a user's job shell starts, says
+it is ready and takes each launch the core gives it, the job "runs" for the time its command says (``sleep
+N``, ``true``) and its end is reported through the same messages a real job shell sends; an idle shell
+is retired and exits as storm-nm's do. It is a driver of the node core, as DESIGN.md section 6 has it: the
+real clock, real sockets to storm-mm, the daemon's own rules for heartbeat instants and reports; only fork,
+signals, /proc and the job shells' side of their ipc:// connection are emulated.
 
 This module is the shell: sockets, timers, the job shells' timing. It differs from nm/daemon.py where a
 thousand nodes in one process would otherwise cost a thousand times as much, each time saying so:
@@ -66,11 +68,10 @@ from storm.mm.priority import PRIORITY, request_realtime
 from storm.mpihook.stats import cluster_token
 from storm.nm.node import Node, Outcome
 from storm.nm.switcher import TraceLine
-from storm.tools.emulated import EmulatedProcesses, NoMeasurements, ranks_started, run_time, shell_done
+from storm.tools.emulated import EmulatedJob, EmulatedProcesses, NoMeasurements
 
 log = logging.getLogger("storm.emulator")
 
-SHELL = b"emulated-shell"  # the routing id every emulated job shell would have: replies to shells are dropped
 REGISTER_RETRY_SECONDS = 1.0  # as storm-nm
 TICK_SECONDS = 0.2  # the core's clock: heartbeats that stopped (storm-nm ticks every 0.1 s)
 SLOT_EARLY = 0.0015  # as nm/daemon.py
@@ -196,8 +197,8 @@ class Emulator:
         self.mm_endpoint = config.nm.mm
         self.run_dir = run_dir
         self.pes = pes
-        self.default_run_time = default_run_time
-        self.processes = EmulatedProcesses()
+        self.processes = EmulatedProcesses(default_run_time)
+        self.shells_due = False  # what the job shells said is to be delivered (_shells_speak is scheduled)
         self.measurements = NoMeasurements()  # stateless: one for every node
         self.cluster = cluster_token(config.cluster.name, self.mm_endpoint)
         self.trace_path = trace
@@ -315,17 +316,21 @@ class Emulator:
     # ------------------------------------------------------------------------------------------ outcomes
 
     def carry_out(self, node: EmulatedNode, out: Outcome) -> None:
-        """Do what a node core decided; then play the shells its decision started or stopped."""
+        """Do what a node core decided: messages to storm-mm go out, those to its job shells are taken by
+        them at once; what the shells say in answer is delivered once this stimulus is done (_shells_speak),
+        as a real job shell's answer comes after the NM's handling of what it answers."""
         processes = self.processes
-        if out.slot is not None and not (out.to_mm or out.check or processes.killed):
+        if out.slot is not None and not (out.to_mm or out.to_shells or out.check or processes.said):
             self._arm_slot(node, *out.slot)  # most heartbeats: nothing else to do, a thousand times over
             return
-        acts = out.to_mm or out.check or out.escalate or out.report_now or out.slot
-        if not (acts or processes.starting or processes.killed):
+        acts = out.to_mm or out.to_shells or out.check or out.escalate or out.report_now or out.slot
+        if not (acts or processes.said):
             return
         loop = asyncio.get_running_loop()
         for msg in out.to_mm:
             node.send(msg)
+        for identity, msg in out.to_shells:
+            processes.to_shell(identity, msg)
         for job_id in out.escalate:
             loop.call_later(self.config.nm.kill_grace, self._escalate, node, job_id)
         if out.check is not None:  # simulated ranks are in their new state as soon as they are signalled
@@ -335,12 +340,9 @@ class Emulator:
                 node.send(msg)
         if out.slot is not None:
             self._arm_slot(node, *out.slot)
-        while processes.starting:
-            name, job_id = processes.starting.pop()
-            loop.call_soon(self._ranks_start, self.nodes[name], job_id)
-        while processes.killed:
-            ended = processes.killed.pop()
-            loop.call_soon(self._shell_reports, self.nodes[ended.node], ended.job_id)
+        if processes.said and not self.shells_due:
+            self.shells_due = True
+            loop.call_soon(self._shells_speak)
 
     def _escalate(self, node: EmulatedNode, job_id: int) -> None:
         node.core.escalate(job_id)
@@ -362,44 +364,52 @@ class Emulator:
         try:
             for node, seq in self.slots.pop(at, []):
                 out = node.core.begin_slot(seq, time.time())
-                if out.to_mm or out.check is not None or out.escalate or out.report_now:
+                if out.to_mm or out.to_shells or out.check is not None or out.escalate or out.report_now:
                     self.carry_out(node, out)  # (an idle node's slot: nothing more to do)
         finally:
             gc.enable()
+        if self.processes.said and not self.shells_due:
+            self._shells_speak()  # a rank a continue let die of the signal it had pending
         if self.tracing and time.monotonic() - self.flushed >= TRACE_FLUSH_SECONDS:
             self._flush_trace()  # now, the furthest from the next instant
 
     # ------------------------------------------------------------------------------------------ shells
 
-    def _ranks_start(self, node: EmulatedNode, job_id: int) -> None:
-        """The job shell started: its ranks exist at once, and end when their run time is up."""
-        job = node.core.jobs.get(job_id)
-        if job is None:
-            return
-        pids = self.processes.spawn_ranks(node.name, job_id, [s.rank for s in job.launch.slots])
-        if pids is None:
-            return
-        caller = (job.shell_pid, job.launch.uid)
-        self.carry_out(node, node.core.from_shell(SHELL, ranks_started(job, pids), caller, time.monotonic()))
-        seconds, code = run_time(job.launch, self.default_run_time)
-        asyncio.get_running_loop().call_later(seconds, self._ranks_end, node, job_id, code)
+    def _shells_speak(self) -> None:
+        """Deliver what the job shells said to their node cores, in order, and what that makes the shells
+        say in turn (a job's whole start, say: ready, launch, ranks started), and time the jobs launched."""
+        said = self.processes.said
+        self.shells_due = True  # what the deliveries make them say is delivered by this loop too
+        try:
+            while said:
+                shell, msg = said.popleft()
+                node = self.nodes[shell.node]
+                try:
+                    if msg is None:
+                        out = node.core.job_shell_ended(shell.pid)
+                    else:
+                        caller = (shell.pid, shell.uid)  # what SO_PEERCRED would give
+                        out = node.core.from_shell(shell.identity, msg, caller, time.monotonic())
+                    self.carry_out(node, out)
+                except Exception:
+                    what = "its exit" if msg is None else msg.op
+                    log.exception("%s: error while handling %s of a job shell; carrying on", node.name, what)
+        finally:
+            self.shells_due = False
+            self._arm_timers()
 
-    def _ranks_end(self, node: EmulatedNode, job_id: int, code: int) -> None:
-        if self.processes.end(node.name, job_id, code) is not None:
-            self._shell_reports(node, job_id)
+    def _arm_timers(self) -> None:
+        loop = asyncio.get_running_loop()
+        timers = self.processes.timers
+        for seconds, job, code in timers:
+            loop.call_later(seconds, self._time_up, job, code)
+        timers.clear()
 
-    def _shell_reports(self, node: EmulatedNode, job_id: int) -> None:
-        """The ranks have ended: the shell says how, and exits."""
-        ended = self.processes.jobs.get((node.name, job_id))
-        job = node.core.jobs.get(job_id)
-        if ended is None:
-            return
-        if job is not None and job.shell_pid == ended.shell and job.done is None:
-            caller = (job.shell_pid, job.launch.uid)
-            for msg in shell_done(job, ended):
-                self.carry_out(node, node.core.from_shell(SHELL, msg, caller, time.monotonic()))
-        self.processes.reap(node.name, job_id)
-        self.carry_out(node, node.core.shell_exited(job_id))
+    def _time_up(self, job: EmulatedJob, code: int) -> None:
+        """A job's run time is over: its ranks end, and their shell says so."""
+        self.processes.time_up(job, code)
+        if self.processes.said and not self.shells_due:
+            self._shells_speak()
 
     # ------------------------------------------------------------------------------------------ traces
 
