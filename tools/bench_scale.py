@@ -137,19 +137,10 @@ def from_measure_cli(function: Callable[..., Any], work: Path, quick: bool) -> l
 
 
 def launch_fallback(work: Path, quick: bool) -> list[Figure]:
-    """What tools/bench_launch.py measured before: 1-rank `true` jobs submitted and waited for one by one."""
-    from storm.tools import bench_launch
-
-    cluster = LocalCluster(dir=work / "launch", nodes=2, nm_settings={"kill_grace": 1.0})
-    cluster.up()
-    try:
-        with cluster.client(timeout=60) as client:
-            stream = bench_launch.throughput(client, work, 50 if quick else 500)
-    finally:
-        cluster.down()
-    rate = stream["completed_per_second"]
+    """A bench_launch without measure_throughput (the one-at-a-time ``throughput`` it had is gone): the rows
+    are reported, not measured."""
     return [
-        Figure("launch", "1-rank `true` jobs, one at a time, 2 NMs", rate, "jobs/s", ">= 500", rate >= 500),
+        Figure("launch", "1-rank `true` jobs end to end, 2 NMs", None, "jobs/s", ">= 500"),
         Figure("launch", "soak's 1,000-job mix, speed-up over today", None, "x", ">= 3x"),
     ]
 
