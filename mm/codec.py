@@ -75,8 +75,14 @@ def _to_wire(value: Any) -> Any:
     if names is not None:
         return {name: _to_wire(getattr(value, name)) for name in names}
     if isinstance(value, tuple | list):
+        # Most sequences and maps (argv, the environment) hold only plain values: msgpack takes them as
+        # they are, with no copy made item by item.
+        if all(type(v) in _PLAIN for v in value):
+            return value
         return [_to_wire(v) for v in value]
     if isinstance(value, dict):
+        if all(type(v) in _PLAIN for v in value.values()):
+            return value
         return {k: _to_wire(v) for k, v in value.items()}
     return value
 
@@ -196,9 +202,12 @@ def _make_converter(hint: Any) -> Converter:
     if origin is dict:
         key_hint, value_hint = typing.get_args(hint)
         key, item = _converter(key_hint), _converter(value_hint)
+        strings = key_hint is str and value_hint is str  # an environment: taken as msgpack made it, if it is
 
         def mapping(value: Any, where: str) -> Any:
             check(type(value) is dict, f"{where}: expected a map, got {type(value).__name__}")
+            if strings and all(type(k) is str for k in value) and all(type(v) is str for v in value.values()):
+                return value
             return {key(k, f"{where} key"): item(v, f"{where}[{k!r}]") for k, v in value.items()}
 
         return mapping
