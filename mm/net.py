@@ -38,10 +38,18 @@ class Caller:
 
     def __init__(self, uid: int, gid: int, pid: int) -> None:
         self.uid, self.gid, self.pid = uid, gid, pid
-        try:
-            self.user = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            self.user = str(uid)
+        self._user: str | None = None
+
+    @property
+    def user(self) -> str:
+        """The uid's name, looked up when first asked for: a lookup reads the password database, and most
+        messages (a wait, a job shell's report) never need it."""
+        if self._user is None:
+            try:
+                self._user = pwd.getpwuid(self.uid).pw_name
+            except KeyError:
+                self._user = str(self.uid)
+        return self._user
 
 
 def peer_credentials(frame: zmq.Frame) -> Caller | None:
