@@ -4,7 +4,7 @@ It decodes each message, says who sent it, hands it to the controller, and carri
 controller returns (mm/effects.py) in order; the clock and a restart go in the same way. It decides nothing
 about jobs itself. Only rate limits (per uid, on submissions) stay here, as protection of the daemon.
 
-Group commit: the messages already waiting on its sockets when the MM turns to one (up to BATCH from each)
+Group commit: the messages already waiting on its sockets when the MM turns to them (up to BATCH from each)
 are handled together in one store transaction, each in a savepoint of its own (one that fails changes
 nothing), and
 what the controller decided for all of them is carried out only once that transaction is committed: one
@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import zmq
 import zmq.asyncio
@@ -93,6 +94,11 @@ def key_credentials(frame: zmq.Frame) -> Caller | str:
     return Caller(user.pw_uid, user.pw_gid, 0)
 
 
+def readable(socket: zmq.Socket[bytes]) -> bool:
+    """Whether a message waits on ``socket`` (getsockopt, not pyzmq's slower ``.EVENTS`` attribute)."""
+    return bool(cast(int, socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
+
+
 class MachineManager:
     def __init__(self, config: StormConfig) -> None:
         self.config = config
@@ -140,10 +146,11 @@ class MachineManager:
         self.waiters: dict[int, list[tuple[zmq.asyncio.Socket, bytes, int]]] = {}
         self.pass_timer: asyncio.TimerHandle | None = None  # the armed pass, if any
         self.handled = self.batches = 0  # messages and batches of them (see _handle_batch)
-        # Each served socket's shadow (it reads without waiting) and handler: a batch takes from all of them.
+        # Each served socket's shadow and handler: a batch takes from all of them (see _serve).
         self.waiting: dict[
             zmq.asyncio.Socket, tuple[zmq.Socket[bytes], Callable[[list[zmq.Frame]], None]]
         ] = {}
+        self.drain_due = False  # a look at the sockets is queued on the event loop
         # While a batch is handled: what to carry out once its transaction is committed.
         self.batch: list[tuple[list[Effect], zmq.asyncio.Socket | None, bytes]] | None = None
         self.pass_seconds = 0.0  # how long the last pass took: the next one's delay
@@ -208,6 +215,11 @@ class MachineManager:
             self.core.heartbeat_port = int(heartbeat.rsplit(":", 1)[1])
         remote = bind(self.remote, self.config.mm.client_tcp_endpoint) if self.remote is not None else ""
         self._write_endpoints(client, node, heartbeat, remote)
+        self._serve(self.clients, self._client_message)
+        self._serve(self.nodes, self._node_message)
+        if self.remote is not None:
+            remote_socket = self.remote
+            self._serve(remote_socket, lambda f: self._client_message(f, remote_socket))
         self._carry_out(self.recovered)
         self.recovered = []
         beats = f", heartbeats on {heartbeat}" if heartbeat else ""
@@ -218,17 +230,11 @@ class MachineManager:
             self.open_files,
         )  # fmt: skip
         tasks = [
-            asyncio.create_task(self._serve(self.clients, self._client_message)),
-            asyncio.create_task(self._serve(self.nodes, self._node_message)),
             asyncio.create_task(self._ticker()),
             asyncio.create_task(self.notify.watchdog()),
         ]
         if heartbeat:
             tasks.append(asyncio.create_task(self._heartbeats()))
-        if self.remote is not None:
-            remote_socket = self.remote
-            serve_remote = self._serve(remote_socket, lambda f: self._client_message(f, remote_socket))
-            tasks.append(asyncio.create_task(serve_remote))
         if self.gate is not None:
             tasks.append(asyncio.create_task(self.gate.serve()))
             for sock, endpoint in ((self.nodes, node), (self.heartbeats, heartbeat), (self.remote, remote)):
@@ -248,6 +254,8 @@ class MachineManager:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for shadow, _ in self.waiting.values():
+            loop.remove_reader(shadow.FD)
         (self.state_dir / "mm.json").unlink(missing_ok=True)
         self.clients.close()
         self.nodes.close()
@@ -260,24 +268,44 @@ class MachineManager:
         self.store.close()
         os.close(self._lock)
 
-    async def _serve(self, socket: zmq.asyncio.Socket, handle: Handler) -> None:
-        """Wait for a message on ``socket``; then handle it with every message already waiting on any of
-        the MM's sockets, as one batch."""
-        # Takes what is already there, without waiting.
-        self.waiting[socket] = (zmq.Socket.shadow(socket.underlying), handle)
-        while True:
-            first = await socket.recv_multipart(copy=False)
-            batch = [(handle, first)]
-            for waiting, handler in self.waiting.values():
-                taken = 1 if handler is handle else 0
-                while taken < BATCH:
-                    try:
-                        batch.append((handler, waiting.recv_multipart(zmq.NOBLOCK, copy=False)))
-                    except zmq.Again:
-                        break
-                    taken += 1
+    def _serve(self, socket: zmq.asyncio.Socket, handle: Handler) -> None:
+        """Handle what comes on ``socket`` with ``handle``, in batches (see _drain).
+
+        Its messages are read and its replies sent through a shadow (a plain socket on the same ZeroMQ
+        socket) that never waits, when the loop sees its descriptor ready: pyzmq's awaitable receive made a
+        future, a callback and several event-loop turns of every message, a good part of the MM's time."""
+        shadow: zmq.Socket[bytes] = zmq.Socket.shadow(socket.underlying)
+        self.waiting[socket] = (shadow, handle)
+        asyncio.get_running_loop().add_reader(shadow.FD, self._drain)
+        self._look_again()
+
+    def _drain(self) -> None:
+        """Handle every message waiting on any of the MM's sockets (up to BATCH from each) as one batch."""
+        self.drain_due = False
+        batch: list[tuple[Handler, list[zmq.Frame]]] = []
+        for shadow, handler in self.waiting.values():
+            for _ in range(BATCH):
+                if not readable(shadow):  # (cheaper than a receive that fails)
+                    break
+                try:
+                    batch.append((handler, shadow.recv_multipart(zmq.NOBLOCK, copy=False)))
+                except zmq.Again:
+                    break
+        if batch:
             self._handle_batch(batch)
-            await asyncio.sleep(0)
+        self._look_again()
+
+    def _look_again(self) -> None:
+        """Drain again soon if any socket holds a message. A ZeroMQ socket's descriptor signals changes,
+        not messages: those that came while a batch was handled, or that a send took note of, are there
+        without a wake-up; what is left beyond BATCH waits for the loop's other work to get a turn."""
+        if self.drain_due:
+            return
+        for shadow, _ in self.waiting.values():
+            if readable(shadow):
+                self.drain_due = True
+                asyncio.get_running_loop().call_soon(self._drain)
+                return
 
     def _handle_batch(self, batch: list[tuple[Handler, list[zmq.Frame]]]) -> None:
         """Handle the messages in one transaction (and the pass, if due and short), then carry out what was
@@ -300,7 +328,7 @@ class MachineManager:
             return
         done, self.batch = self.batch, None
         for effects, sock, identity in done:
-            self._carry_out(effects, sock, identity)
+            self._carry_out(effects, sock, identity, look=False)  # (_drain looks once, after the batch)
         self._arm_pass()
 
     async def _ticker(self) -> None:
@@ -349,10 +377,16 @@ class MachineManager:
         self.pass_seconds = time.monotonic() - started
 
     def _carry_out(
-        self, effects: list[Effect], sock: zmq.asyncio.Socket | None = None, identity: bytes = b""
+        self,
+        effects: list[Effect],
+        sock: zmq.asyncio.Socket | None = None,
+        identity: bytes = b"",
+        *,
+        look: bool = True,
     ) -> None:
         """Do what the controller decided, in order; ``sock`` and ``identity`` are the sender's, if any.
-        Then arm a pass if the controller wants one. While a batch is handled, kept until it is committed."""
+        Then arm a pass if the controller wants one. While a batch is handled, kept until it is committed.
+        ``look``: then see whether a message came that the sends hid from the event loop (_look_again)."""
         if self.batch is not None:
             self.batch.append((effects, sock, identity))
             return
@@ -373,13 +407,16 @@ class MachineManager:
                     self.heartbeats.send(p.encode(effect.heartbeat), flags=zmq.NOBLOCK)
                 case _:
                     log.error("no sender to carry out %r for; dropped", effect)
+        if effects and look:
+            self._look_again()  # a send may have taken note of a message that then signals nothing
 
     def _warn(self, kind: object, text: str, *args: object) -> None:
         self.throttle.warning(log, kind, time.monotonic(), text, *args)
 
     def _send(self, socket: zmq.asyncio.Socket, identity: bytes, msg: p.Message) -> None:
         try:
-            socket.send_multipart([identity, p.encode(msg)], flags=zmq.NOBLOCK)
+            # Through the shadow: the asyncio socket's send makes a future even when it cannot wait.
+            self.waiting[socket][0].send_multipart([identity, p.encode(msg)], flags=zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             log.warning("could not send %s to %r: %s", msg.op, identity, exc)
 
