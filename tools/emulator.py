@@ -293,12 +293,17 @@ class Emulator:
                 self.carry_out(node, node.core.tick(now, wall))
 
     async def _stop_jobs(self) -> None:
-        """Stop every emulated job and report it, then wait a moment for storm-mm's acknowledgements."""
+        """Stop every emulated job and report it, then wait a moment for storm-mm's acknowledgements; then
+        every job shell is retired, as storm-nm's are when it exits (their logs in the run directory go)."""
         for node in self.nodes.values():
             self.carry_out(node, node.core.stop_all(f"emulated storm-nm on {node.name} shut down"))
         deadline = time.monotonic() + STOP_WAIT_SECONDS
         while any(n.core.jobs for n in self.nodes.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        now = time.monotonic()
+        for node in self.nodes.values():
+            self.carry_out(node, node.core.retire_shells(now, everyone=True))
+        self._shells_speak()  # their exits reach the cores now, not after the sockets have closed
 
     def decode_heartbeat(self, data: bytes) -> p.Heartbeat | None:
         """A heartbeat's bytes decoded, once for every node that gets the same bytes."""
