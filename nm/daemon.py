@@ -52,6 +52,7 @@ from storm.mm.net import bind, peer_credentials, watch_handshakes
 from storm.mm.priority import request_realtime
 from storm.mm.sd_notify import Notifier
 from storm.mpihook.stats import cluster_token
+from storm.nm.link import Frames, Link
 from storm.nm.local_jobs import LocalJob
 from storm.nm.monitor import Monitor
 from storm.nm.node import Node, Outcome
@@ -66,6 +67,7 @@ log = logging.getLogger("storm.nm")
 REGISTER_RETRY_SECONDS = 1.0
 STOP_WAIT_SECONDS = 5.0
 SHELLS_EXIT_SECONDS = 2.0  # how long an exiting NM waits for the job shells it retired
+SEND_WAIT_SECONDS = 1.0  # how long an exiting NM waits for sends to the MM ZeroMQ could not take yet
 TICK_SECONDS = 0.1
 # The event loop's timers wake up to a millisecond late (epoll's timeout is in whole milliseconds): a slot's
 # timer fires this long before its instant, and the rest is slept (see _arm_slot).
@@ -98,7 +100,10 @@ class NodeManager:
         self.shells = self.ctx.socket(zmq.ROUTER)
         self.shells.setsockopt(zmq.LINGER, 0)
         self.shells.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Both served without pyzmq's futures (nm/link.py): a send never waits, so carrying out is not a
+        # coroutine.
+        self.to_mm = Link(self.mm, self._mm_message)
+        self.to_shells = Link(self.shells, self._shell_message)
         self.heartbeats = self.ctx.socket(zmq.SUB)
         self.heartbeats.setsockopt(zmq.LINGER, 0)
         self.heartbeats.setsockopt(zmq.CONFLATE, 1)  # only the newest heartbeat matters
@@ -176,7 +181,7 @@ class NodeManager:
             loop.add_signal_handler(sig, self.stopping.set)
         loop.add_signal_handler(signal.SIGUSR1, self._stop_jobs_and_exit)
         # Before the shells' socket exists: a re-adopted shell's first words find its job known.
-        await self._carry_out(self.node.recover())
+        self._carry_out(self.node.recover())
         self.os.prepare()  # the job shell launcher starts now, not in the middle of the first job
         self.node.local.shells_endpoint = bind(self.shells, f"ipc://{self.run_dir / 'shells.sock'}")
         # Job shells run as their job's user and must reach the NM; their pids authenticate them.
@@ -184,6 +189,8 @@ class NodeManager:
         os.chmod(self.run_dir, 0o755)  # noqa: S103
         watches = self._watch_links()  # before connecting: the first handshake may be the one refused
         self.mm.connect(self.config.nm.mm)
+        self.to_mm.start()
+        self.to_shells.start()
         info = {"pid": os.getpid(), "node": self.name, "mm": self.config.nm.mm, "cpus": self.cpus}
         (self.run_dir / "nm.json").write_text(json.dumps(info) + "\n")
         log.info(
@@ -191,8 +198,6 @@ class NodeManager:
             self.name, len(self.cpus), self.cpus, self.config.nm.mm, self.priority,
         )  # fmt: skip
         tasks = [
-            asyncio.create_task(self._from_mm()),
-            asyncio.create_task(self._from_shells()),
             asyncio.create_task(self._reporter()),
             asyncio.create_task(self._from_heartbeats()),
             asyncio.create_task(self._clock()),
@@ -208,6 +213,9 @@ class NodeManager:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.to_mm.drained(SEND_WAIT_SECONDS)
+        self.to_mm.stop()
+        self.to_shells.stop()
         (self.run_dir / "nm.json").unlink(missing_ok=True)
         self.shells.close()
         self.mm.close()
@@ -219,12 +227,12 @@ class NodeManager:
             self.trace.close()
         os.close(self._lock)
 
-    async def _carry_out(self, out: Outcome) -> None:
+    def _carry_out(self, out: Outcome) -> None:
         """Do what the core decided: send, watch, time, check."""
         for msg in out.to_mm:
-            await self._to_mm(msg)
+            self._to_mm(msg)
         for identity, reply in out.to_shells:
-            await self.shells.send_multipart([identity, p.encode(reply)])
+            self.to_shells.send([identity, p.encode(reply)])
         loop = asyncio.get_running_loop()
         for job in out.watch:
             loop.add_reader(job.shell_pidfd, self._shell_exited, job)
@@ -260,7 +268,7 @@ class NodeManager:
             log.exception("error while beginning the slot of heartbeat %d; carrying on", seq)
             return
         if out.to_mm or out.to_shells or out.check is not None or out.escalate or out.report_now:
-            self._background(self._carry_out(out))  # (most slots of an idle node: nothing more to do)
+            self._carry_out(out)  # (most slots of an idle node: nothing more to do)
 
     async def _verify(self, check: SwitchCheck) -> None:
         self.node.switch_checked(check, await verify(self.os, check))
@@ -292,12 +300,12 @@ class NodeManager:
             if not isinstance(beat, p.Heartbeat):
                 self._warn("bad heartbeat", "unexpected %s on the heartbeat socket", beat.op)
                 continue
-            await self._carry_out(self.node.heartbeat(beat, time.monotonic(), time.time()))
+            self._carry_out(self.node.heartbeat(beat, time.monotonic(), time.time()))
 
     async def _clock(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
-            await self._carry_out(self.node.tick(time.monotonic(), time.time()))
+            self._carry_out(self.node.tick(time.monotonic(), time.time()))
 
     def _stop_jobs_and_exit(self) -> None:
         self.stop_jobs = True
@@ -322,12 +330,12 @@ class NodeManager:
         for job_id in out.escalate:
             loop.call_later(self.config.nm.kill_grace, self.node.escalate, job_id)
         for identity, msg in out.to_shells:
-            await self.shells.send_multipart([identity, p.encode(msg)])
+            self.to_shells.send([identity, p.encode(msg)])
         deadline = time.monotonic() + self.config.nm.kill_grace + STOP_WAIT_SECONDS
         while any(j.done is None for j in self.jobs.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for msg in self.node.abandon("storm-nm stopped before the job shell finished"):
-            await self._to_mm(msg)
+            self._to_mm(msg)
         await self._retire_shells(everyone=True)
 
     async def _retire_shells(self, *, everyone: bool) -> None:
@@ -336,7 +344,7 @@ class NodeManager:
         gone with it."""
         out = self.node.retire_shells(time.monotonic(), everyone=everyone)
         for identity, msg in out.to_shells:
-            await self.shells.send_multipart([identity, p.encode(msg)])
+            self.to_shells.send([identity, p.encode(msg)])
         retired = [s for s in self.node.local.shells.all() if not s.jobs or everyone]
         deadline = time.monotonic() + SHELLS_EXIT_SECONDS
         while any(s.pidfd >= 0 for s in retired) and time.monotonic() < deadline:
@@ -347,15 +355,16 @@ class NodeManager:
     def _warn(self, kind: object, text: str, *args: object) -> None:
         self.throttle.warning(log, kind, time.monotonic(), text, *args)
 
-    async def _to_mm(self, msg: p.Message) -> None:
-        await self.mm.send(p.encode(msg))
+    def _to_mm(self, msg: p.Message) -> None:
+        self.to_mm.send([p.encode(msg)])
 
     async def _reporter(self) -> None:
         """Register until the MM answers, then report status and re-send unacknowledged exits."""
         while True:
             self.wake_reporter.clear()
-            for msg in self.node.reports():
-                await self._to_mm(msg)
+            if not self.to_mm.kept:  # (else repeats would pile up behind what ZeroMQ could not take yet)
+                for msg in self.node.reports():
+                    self._to_mm(msg)
             following = self.node.following
             interval = following.report_interval if following.registered else REGISTER_RETRY_SECONDS
             with contextlib.suppress(TimeoutError):
@@ -363,33 +372,26 @@ class NodeManager:
 
     # ---------------------------------------------------------------------------------------------- MM
 
-    async def _from_mm(self) -> None:
-        while True:
-            data = await self.mm.recv()
-            try:
-                msg = p.decode(data, p.MAX_NODE_MESSAGE)
-            except p.ProtocolError as exc:
-                log.warning("bad message from the MM: %s", exc)
-                continue
-            try:
-                await self._carry_out(self.node.from_mm(msg, time.monotonic(), time.time()))
-                if isinstance(msg, p.NodeRegistered):
-                    self._heartbeats_from(msg)
-                    self.notify.status(f"{len(self.cpus)} PEs; registered with storm-mm {msg.mm_epoch[:8]}")
-            except Exception:
-                log.exception("error while handling %s from the MM; carrying on", msg.op)
+    def _mm_message(self, frames: Frames) -> None:
+        if len(frames) != 1:
+            log.warning("message of %d frames from the MM dropped", len(frames))
+            return
+        try:
+            msg = p.decode(frames[0].bytes, p.MAX_NODE_MESSAGE)
+        except p.ProtocolError as exc:
+            log.warning("bad message from the MM: %s", exc)
+            return
+        try:
+            self._carry_out(self.node.from_mm(msg, time.monotonic(), time.time()))
+            if isinstance(msg, p.NodeRegistered):
+                self._heartbeats_from(msg)
+                self.notify.status(f"{len(self.cpus)} PEs; registered with storm-mm {msg.mm_epoch[:8]}")
+        except Exception:
+            log.exception("error while handling %s from the MM; carrying on", msg.op)
 
     # ---------------------------------------------------------------------------------------------- shells
 
-    async def _from_shells(self) -> None:
-        while True:
-            frames = await self.shells.recv_multipart(copy=False)
-            try:
-                await self._shell_message(frames)
-            except Exception:
-                log.exception("error while handling a job shell message; carrying on")
-
-    async def _shell_message(self, frames: list[zmq.Frame]) -> None:
+    def _shell_message(self, frames: Frames) -> None:
         if len(frames) != 2:
             return
         try:
@@ -399,15 +401,15 @@ class NodeManager:
             return
         caller = peer_credentials(frames[1])
         who = None if caller is None else (caller.pid, caller.uid)
-        await self._carry_out(self.node.from_shell(frames[0].bytes, msg, who, time.monotonic()))
+        self._carry_out(self.node.from_shell(frames[0].bytes, msg, who, time.monotonic()))
 
     def _shell_exited(self, job: LocalJob) -> None:
         self._unwatch(job)
-        self._background(self._carry_out(self.node.shell_exited(job.job_id)))
+        self._carry_out(self.node.shell_exited(job.job_id))
 
     def _job_shell_ended(self, shell: JobShell) -> None:
         self._unwatch_shell(shell)
-        self._background(self._carry_out(self.node.job_shell_ended(shell.pid)))
+        self._carry_out(self.node.job_shell_ended(shell.pid))
 
     def _unwatch_shell(self, shell: JobShell) -> None:
         if shell.pidfd >= 0:
@@ -420,11 +422,6 @@ class NodeManager:
             asyncio.get_running_loop().remove_reader(job.shell_pidfd)
             os.close(job.shell_pidfd)
             job.shell_pidfd = -1
-
-    def _background(self, coroutine: Coroutine[object, object, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)  # the loop keeps only weak references to tasks
-        task.add_done_callback(self._tasks.discard)
 
 
 def serve(config: StormConfig) -> None:

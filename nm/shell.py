@@ -378,9 +378,19 @@ class Shell:
 
     # ------------------------------------------------------------------------------------------- main
 
+    def from_nm_now(self, msg: p.Ack | p.ShellStop) -> None:
+        """An acknowledgement or a stop from the NM, which writes nothing to the ranks: handled at once."""
+        if isinstance(msg, p.Ack):
+            if msg.what == p.ShellDone.op:
+                self.acked.set()
+        else:
+            self.stop()
+
     async def from_nm(self, msg: p.Message) -> None:
         """A message from the NM about this job."""
-        if isinstance(msg, p.PmiBarrierOut):
+        if isinstance(msg, p.Ack | p.ShellStop):
+            self.from_nm_now(msg)
+        elif isinstance(msg, p.PmiBarrierOut):
             try:
                 replies = self.wireup.barrier_done(msg.seq, msg.kvs)
             except ValueError as exc:  # a repeated answer (the MM restarted): the ranks already have it
@@ -389,14 +399,10 @@ class Shell:
             if self.barrier is not None and self.barrier.seq == msg.seq:
                 self.barrier = None
             await self._reply(0, replies)
-        elif isinstance(msg, p.Ack) and msg.what == p.ShellDone.op:
-            self.acked.set()
         elif isinstance(msg, p.PmiNameResult):
             answer = self.names.answer(msg)
             if answer is not None:
                 await self._write(*answer)
-        elif isinstance(msg, p.ShellStop):
-            self.stop()
 
     async def send_state(self) -> None:
         """Everything the NM knows of the job, again (to a restarted NM)."""

@@ -42,9 +42,11 @@ from zmq.utils.monitor import parse_monitor_message
 from storm.mm import protocol as p
 from storm.mm.config import NMConfig
 from storm.nm.jobdir import JobDir
+from storm.nm.link import Frames, Link
 from storm.nm.shell import Hook, Shell
 
 ORPHAN_WAIT = 30.0
+SEND_WAIT = 2.0  # seconds an exiting job shell waits for sends ZeroMQ could not take yet (as its linger)
 
 
 class ShellServer:
@@ -61,6 +63,9 @@ class ShellServer:
         # Set up before connecting, so that the first connection is seen too.
         self.events = self.nm.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         self.nm.connect(endpoint)
+        self.link = Link(self.nm, self._nm_message)  # without pyzmq's futures (nm/link.py)
+        # Messages for jobs that may write to their ranks (PMI answers), in order, for _job_messages.
+        self.for_jobs: asyncio.Queue[tuple[Shell, p.Message]] = asyncio.Queue()
         self.jobs: dict[int, Shell] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self.retired = False  # shell_retire: no more jobs come
@@ -70,7 +75,7 @@ class ShellServer:
         self._orphan_timer: asyncio.TimerHandle | None = None
 
     async def send(self, msg: p.Message) -> None:
-        await self.nm.send(p.encode(msg))
+        self.link.send([p.encode(msg)])  # never waits (a coroutine for the callers in nm/shell.py)
 
     def _check_finished(self) -> None:
         """Exit when no more work can come (see the module's docstring)."""
@@ -123,21 +128,33 @@ class ShellServer:
             self._tasks.pop(job_id, None)
             self._check_finished()
 
-    async def _from_nm(self) -> None:
+    def _nm_message(self, frames: Frames) -> None:
+        try:
+            if len(frames) != 1:
+                raise p.ProtocolError(f"{len(frames)} frames")
+            msg = p.decode(frames[0].bytes, p.MAX_NODE_MESSAGE)
+        except p.ProtocolError as exc:
+            print(f"storm-shell: bad message from the NM: {exc}", file=sys.stderr)
+            return
+        job = self.jobs.get(getattr(msg, "job_id", -1))
+        if isinstance(msg, p.ShellLaunch):
+            self.launch(msg)
+        elif isinstance(msg, p.ShellRetire):
+            self.retired = True
+        elif job is not None and isinstance(msg, p.Ack | p.ShellStop) and self.for_jobs.empty():
+            job.from_nm_now(msg)  # (most messages: no task, no wait)
+        elif job is not None:
+            self.for_jobs.put_nowait((job, msg))
+        self._check_finished()
+
+    async def _job_messages(self) -> None:
+        """Messages that may write to a job's ranks, which can wait: one at a time, in order."""
         while True:
+            job, msg = await self.for_jobs.get()
             try:
-                msg = p.decode(await self.nm.recv(), p.MAX_NODE_MESSAGE)
-            except p.ProtocolError as exc:
-                print(f"storm-shell: bad message from the NM: {exc}", file=sys.stderr)
-                continue
-            if isinstance(msg, p.ShellLaunch):
-                self.launch(msg)
-            elif isinstance(msg, p.ShellRetire):
-                self.retired = True
-            else:
-                job = self.jobs.get(getattr(msg, "job_id", -1))
-                if job is not None:
-                    await job.from_nm(msg)
+                await job.from_nm(msg)
+            except Exception:
+                traceback.print_exc()  # this job's message is lost, not the ones after it
             self._check_finished()
 
     async def _follow_nm(self) -> None:
@@ -168,7 +185,8 @@ class ShellServer:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop_all)
-        listener = loop.create_task(self._from_nm())
+        self.link.start()
+        listener = loop.create_task(self._job_messages())
         follower = loop.create_task(self._follow_nm())
         self.connected = True  # until it says otherwise: the NM that started it is there
         await self.send(p.ShellReady(pid=os.getpid()))
@@ -177,6 +195,8 @@ class ShellServer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.link.drained(SEND_WAIT)
+        self.link.stop()
         self.nm.disable_monitor()
         self.events.close(linger=0)
         self.nm.close()
