@@ -318,13 +318,16 @@ class Node:
 
     def _begin(self, beat: p.Heartbeat, received: float, wall: float, out: Outcome) -> None:
         """A slot begins: sample, classify, switch (into ``out``)."""
+        switcher = self.switcher
+        if not switcher.units:  # no rank here: nothing to sample or classify (most nodes of an idle cluster)
+            switcher.switch(beat.row, now=wall, seq=beat.seq, sent=beat.sent, received=received, at=beat.at)
+            return
         self.sample()  # first: who is inside a blocking call as the slice ends
         changed = (
             self.classifier.end_of_slot(self.switcher.active, beat.resets, now=wall)
             if self.following.classifies
             else set()
         )
-        switcher = self.switcher
         check = switcher.switch(
             beat.row, now=wall, seq=beat.seq, sent=beat.sent, received=received, at=beat.at
         )
