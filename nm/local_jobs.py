@@ -170,8 +170,12 @@ class LocalJobs:
                 pwd.getpwuid(msg.uid)  # a lookup reads the password database: once per job shell
             except KeyError:
                 raise ValueError(f"uid {msg.uid} is unknown on this node") from None
-        job.dir.remove()  # a directory left by a crash, for a job id the MM reuses after losing its store
-        job.dir.create(msg.uid, msg.gid, p.encode(msg))
+        launch = p.encode(msg)
+        try:
+            job.dir.create(msg.uid, msg.gid, launch)
+        except FileExistsError:  # left by a crash, for a job id the MM reuses after losing its store
+            job.dir.remove()
+            job.dir.create(msg.uid, msg.gid, launch)
         library = self._hook_library(msg)
         segment = self._hook_segment(msg) if library is not None else None
         job.hook_segment = segment or ""

@@ -464,7 +464,7 @@ class Shell:
         done = p.ShellDone(job_id=self.launch.job_id, exits=exits)
         # Written first so that an NM restarted meanwhile can still learn how the ranks ended.
         with contextlib.suppress(OSError):
-            self.jobdir.exits.write_bytes(p.encode(done))
+            self.jobdir.write_exits(p.encode(done))
         self.done = done
         await self.send(done)
         self.on_done()
