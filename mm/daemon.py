@@ -94,9 +94,13 @@ def key_credentials(frame: zmq.Frame) -> Caller | str:
     return Caller(user.pw_uid, user.pw_gid, 0)
 
 
+# Plain ints: arithmetic on pyzmq's enum constants goes through the enum machinery, on every message.
+EVENTS, POLLIN, NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+
+
 def readable(socket: zmq.Socket[bytes]) -> bool:
     """Whether a message waits on ``socket`` (getsockopt, not pyzmq's slower ``.EVENTS`` attribute)."""
-    return bool(cast(int, socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
+    return bool(cast(int, socket.getsockopt(EVENTS)) & POLLIN)
 
 
 class MachineManager:
@@ -288,7 +292,7 @@ class MachineManager:
                 if not readable(shadow):  # (cheaper than a receive that fails)
                     break
                 try:
-                    batch.append((handler, shadow.recv_multipart(zmq.NOBLOCK, copy=False)))
+                    batch.append((handler, shadow.recv_multipart(NOBLOCK, copy=False)))
                 except zmq.Again:
                     break
         if batch:
@@ -416,7 +420,7 @@ class MachineManager:
     def _send(self, socket: zmq.asyncio.Socket, identity: bytes, msg: p.Message) -> None:
         try:
             # Through the shadow: the asyncio socket's send makes a future even when it cannot wait.
-            self.waiting[socket][0].send_multipart([identity, p.encode(msg)], flags=zmq.NOBLOCK)
+            self.waiting[socket][0].send_multipart([identity, p.encode(msg)], flags=NOBLOCK)
         except zmq.ZMQError as exc:
             log.warning("could not send %s to %r: %s", msg.op, identity, exc)
 

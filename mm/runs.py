@@ -407,7 +407,9 @@ class RunTable:
         where = f" (box {job.box})" if job.box is not None else ""
         if job.spec.moldable:
             where += f" with {job.ranks} ranks (asked {job.spec.ranks}-{job.spec.max_ranks})"
-        log.info("job %d started on %s%s", job.id, ",".join(job.nodes), where)
+        # At DEBUG: its end's line says where it ran, and two lines per job cost a stream of short jobs
+        # about a twentieth of storm-mm's time.
+        log.debug("job %d started on %s%s", job.id, ",".join(job.nodes), where)
 
     def launches(self, job: Job, track: Tracking) -> dict[str, LaunchJob]:
         """Each node's launch of a placed job, from what the store keeps: a restarted MM rebuilds them."""
@@ -569,4 +571,5 @@ class RunTable:
         """The job is in its terminal state: stored, then its waiting clients are answered."""
         self.store.save_job(job)
         out.append(JobEnded(job))
-        log.info("job %d %s%s", job.id, job.state.value, f": {job.reason}" if job.reason else "")
+        where = f" on {','.join(job.nodes)}" if job.placement else ""
+        log.info("job %d %s%s%s", job.id, job.state.value, where, f": {job.reason}" if job.reason else "")

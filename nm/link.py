@@ -35,6 +35,8 @@ import zmq.asyncio
 log = logging.getLogger("storm.nm")
 
 BATCH = 100  # messages handled before the event loop's other work gets a turn
+# Plain ints: arithmetic on pyzmq's enum constants goes through the enum machinery, on every message.
+EVENTS, POLLIN, POLLOUT, NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT), int(zmq.NOBLOCK)
 DRAIN_POLL = 0.01  # seconds between looks while waiting for kept sends to go (only when stopping)
 
 Frames = list[zmq.Frame]
@@ -69,7 +71,7 @@ class Link:
         """Send now if ZeroMQ takes it, else once it can, after whatever was kept before it."""
         if not self.kept:
             try:
-                self.shadow.send_multipart(frames, zmq.NOBLOCK)
+                self.shadow.send_multipart(frames, NOBLOCK)
             except zmq.Again:
                 self.kept.append(frames)
         else:
@@ -86,12 +88,12 @@ class Link:
         return not self.kept
 
     def _events(self) -> int:
-        return cast(int, self.shadow.getsockopt(zmq.EVENTS))  # (not .EVENTS: pyzmq's attributes are slow)
+        return cast(int, self.shadow.getsockopt(EVENTS))  # (not .EVENTS: pyzmq's attributes are slow)
 
     def _flush(self) -> None:
         while self.kept:
             try:
-                self.shadow.send_multipart(self.kept[0], zmq.NOBLOCK)
+                self.shadow.send_multipart(self.kept[0], NOBLOCK)
             except zmq.Again:
                 return
             self.kept.popleft()
@@ -103,10 +105,10 @@ class Link:
             if self.kept:
                 self._flush()
             for _ in range(BATCH):
-                if self.fd < 0 or not self._events() & zmq.POLLIN:
+                if self.fd < 0 or not self._events() & POLLIN:
                     break
                 try:
-                    frames = self.shadow.recv_multipart(zmq.NOBLOCK, copy=False)
+                    frames = self.shadow.recv_multipart(NOBLOCK, copy=False)
                 except zmq.Again:
                     break
                 try:
@@ -122,6 +124,6 @@ class Link:
         if self._due or self._busy or self.fd < 0:
             return
         events = self._events()
-        if events & zmq.POLLIN or (self.kept and events & zmq.POLLOUT):
+        if events & POLLIN or (self.kept and events & POLLOUT):
             self._due = True
             asyncio.get_running_loop().call_soon(self._ready)

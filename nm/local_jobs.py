@@ -157,7 +157,10 @@ class LocalJobs:
             text = f"launch failed on {self.node}: {exc}"
             self.finish(job, tuple(p.RankExit(rank=s.rank, error=text) for s in msg.slots))
             return job
-        log.info("job %d: shell %d starting ranks %s", msg.job_id, job.shell_pid, [s.rank for s in msg.slots])
+        # At DEBUG: storm-mm logs each job's end and where it ran, and this NM what goes wrong.
+        log.debug(
+            "job %d: shell %d starting ranks %s", msg.job_id, job.shell_pid, [s.rank for s in msg.slots]
+        )
         return job
 
     def _start_shell(self, job: LocalJob) -> None:
