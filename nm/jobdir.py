@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 
@@ -33,19 +34,24 @@ class JobDir:
     def of(cls, run_dir: Path, job_id: int) -> JobDir:
         return cls(run_dir / "jobs" / str(job_id))
 
-    @property
+    # Cached: the NM uses each several times per job, and a pathlib join costs more than the system call.
+    @cached_property
     def nm_record(self) -> Path:
         return self.path / "nm.json"
 
-    @property
+    @cached_property
+    def nm_record_new(self) -> Path:
+        return self.path / "nm.json.new"
+
+    @cached_property
     def nm_launch(self) -> Path:
         return self.path / "nm.launch"
 
-    @property
+    @cached_property
     def shell(self) -> Path:
         return self.path / "shell"
 
-    @property
+    @cached_property
     def exits(self) -> Path:
         return self.shell / "exits.msg"
 
@@ -53,34 +59,20 @@ class JobDir:
         """Lay the directory out."""
         self.path.mkdir(mode=0o711, parents=True, exist_ok=False)
         os.chmod(self.path, 0o711)  # noqa: S103 (mkdir's mode is filtered by the umask)
-        fd = os.open(self.nm_launch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, launch)
-        finally:
-            os.close(fd)
+        _write(self.nm_launch, launch, os.O_EXCL, 0o600)
         self.shell.mkdir(mode=0o700)
         os.chown(self.shell, uid, gid)
 
     def save_record(self, record: dict[str, object]) -> None:
         """Replace the NM's record atomically: a crash mid-write leaves the old one, never half a file."""
-        new = self.path / "nm.json.new"
         # json.dumps, not json.dump: dump streams through the pure-Python encoder, several times slower,
         # and every job saves its record twice.
-        data = json.dumps(record).encode()
-        fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(new, self.nm_record)
+        _write(self.nm_record_new, json.dumps(record).encode(), os.O_TRUNC, 0o600)
+        os.replace(self.nm_record_new, self.nm_record)
 
     def write_exits(self, data: bytes) -> None:
-        """The job shell's exits.msg (os calls: pathlib's write_bytes costs several times as much)."""
-        fd = os.open(self.exits, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        """The job shell's exits.msg."""
+        _write(self.exits, data, os.O_TRUNC, 0o666)
 
     def load_record(self) -> dict[str, object] | None:
         """The NM's own record, only if root owns it (a file the user could have forged is ignored)."""
@@ -118,6 +110,18 @@ class JobDir:
         except OSError:
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(self.path)
+
+
+def _write(path: Path, data: bytes, flags: int, mode: int) -> None:
+    """A small file written with os calls (a file object, as pathlib's write_bytes makes, costs several
+    times as much); ``flags``: O_TRUNC or O_EXCL."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | flags, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def job_dirs(run_dir: Path) -> list[JobDir]:
