@@ -96,6 +96,7 @@ class EmulatedNode:
             address=f"emulated:{os.getpid()}", cluster=emulator.cluster,
             trace=(lambda line: trace.append((name, line))) if emulator.tracing else None,
         )  # fmt: skip
+        self.begin_slot = self.core.begin_slot  # bound once: called for every node at every instant
         self.core.local.hook_library = None  # simulated ranks load nothing: they run as --no-hook ones do
         self.core.local.shells_endpoint = "emulated"
         self.mm = emulator.socket(zmq.DEALER)
@@ -366,11 +367,13 @@ class Emulator:
         if left > 0:
             time.sleep(left)
         gc.disable()  # a sweep among a thousand switches would make the last ones late
+        # The loop is the spread's floor (every node of this process switches in turn): names bound once.
+        clock, carry_out = time.time, self.carry_out
         try:
             for node, seq in self.slots.pop(at, []):
-                out = node.core.begin_slot(seq, time.time())
+                out = node.begin_slot(seq, clock())
                 if out.to_mm or out.to_shells or out.check is not None or out.escalate or out.report_now:
-                    self.carry_out(node, out)  # (an idle node's slot: nothing more to do)
+                    carry_out(node, out)  # (an idle node's slot: nothing more to do)
         finally:
             gc.enable()
         if self.processes.said and not self.shells_due:
