@@ -1,5 +1,6 @@
 """storm bench scale: its table beside the goals, its plug-in points and its check of the store, on
-hand-made figures (the benchmark itself runs clusters: `storm bench scale --quick`)."""
+hand-made figures (the benchmark itself runs clusters: `storm bench scale --quick`); its soak part, the one
+quick enough, on a short mix for real."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from storm.mm.jobs import JobSpec
 from storm.mm.store import Store
 from storm.tools import bench_scale as b
+from storm.tools import soak
 
 
 def summary(median: float, p99: float) -> dict[str, float]:
@@ -83,3 +85,28 @@ def test_the_workload_is_checked_in_the_store_file_itself(tmp_path: Path) -> Non
     assert b.stored(path, 3, 6) == {
         "rows": 4, "distinct_ids": 4, "states": {"COMPLETED": 3, "PENDING": 1}, "all_rows": 6,
     }  # fmt: skip
+
+
+def test_the_soak_part_times_the_soak_s_mix_here_and_under_another_python(tmp_path: Path) -> None:
+    result = soak.measure(tmp_path / "here", jobs=40)
+    # This checkout's Python stands for another installation's: the file runs by its path all the same.
+    result["against"] = {"other": soak.against(sys.executable, tmp_path, jobs=40)}
+    assert result["as_their_kind"] == 40 and not result["unexpected_jobs"], result["wrong"]
+    assert result["against"]["other"]["as_their_kind"] == 40, result["against"]
+    rows = {f.name: f for f in b.figures_of({"soak": result})}
+    mix = "soak's 40-job mix, 3 NMs x 2 PEs"
+    assert rows[f"{mix}: jobs ended as their kind"].met is True
+    speedup = rows[f"{mix}: speed-up over today (64 jobs/s)"]
+    assert speedup.value == pytest.approx(result["jobs_per_second"] / 64) and speedup.goal == ">= 3x"
+    assert rows["the same mix under other"].value == result["against"]["other"]["jobs_per_second"]
+    # One job otherwise than its kind: the speed-up is not met, however fast.
+    judged = {
+        f.name: f.met for f in b.figures_of({"soak": {**result, "as_their_kind": 39, "jobs_per_second": 1e6}})
+    }
+    assert judged[f"{mix}: jobs ended as their kind"] is False and judged[speedup.name] is False
+
+
+def test_the_command_is_recorded_as_given(tmp_path: Path) -> None:
+    markdown = tmp_path / "scale.md"
+    assert b.main(["--parts", "", "--markdown", str(markdown)]) == 0  # no part: nothing runs
+    assert f"`storm bench scale --parts  --markdown {markdown}`" in markdown.read_text()

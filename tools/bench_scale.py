@@ -28,9 +28,13 @@
    resident memory, the store's size, and one scheduling pass over the same queue shape, timed in process
    on storm-mm's own Controller and a SQLite store.
 5. ``plugins``: launch throughput (issue 18 item 4) and the command line's start-up (item 5): see PLUGINS.
+6. ``soak``: tests/test_soak.py's mix of 1,000 short jobs (tools/soak.py: the same jobs, the same checks of
+   how each ended) on 3 real NMs x 2 PEs; its rate over the issue's "today" (goal: 3x). ``--against PYTHON``
+   (repeatable) times the same mix under another installation's Python too.
 
-``--quick`` shrinks everything (2 s windows, 256 emulated nodes, 2,000 jobs, 10,000 finished). It prints the
-table and writes every raw figure, the load average before and after each part and the command as JSON.
+``--quick`` shrinks everything (2 s windows, 256 emulated nodes, 2,000 jobs, 10,000 finished, a 300-job
+soak). It prints the table and writes every raw figure, the load average before and after each part and the
+command as JSON.
 """
 
 from __future__ import annotations
@@ -60,11 +64,11 @@ from storm.mm import protocol as p
 from storm.mm.jobs import Job, JobSpec
 from storm.mm.states import JobState
 from storm.mm.store import Store
-from storm.tools import bench_gang
+from storm.tools import bench_gang, soak
 from storm.tools.local_cluster import LocalCluster, wait_for
 
 Json = dict[str, Any]
-PARTS = ("spread", "emulated", "storm", "queue", "plugins")
+PARTS = ("spread", "emulated", "storm", "queue", "plugins", "soak")
 SLICE = 0.1
 
 
@@ -95,7 +99,7 @@ class Figure:
 # The contract for new code: ``scale_figures(work: Path, quick: bool) -> list[Figure]`` (Figure as above,
 # or any object with its fields), measuring on throwaway clusters under ``work``.
 #   - item 4, launch throughput (tools/bench_launch.py): 1-rank `true` jobs per second end to end on 2
-#     node managers, goal >= 500; the soak's 1,000-job mix, goal 3x today's;
+#     node managers, goal >= 500 (its other goal, the soak's mix 3x faster, is part ``soak``'s);
 #   - item 5, the command line (tools/bench_cli.py): `storm submit`, `storm queue`, `storm show` under
 #     60 ms each; a shell loop of 200 `storm submit -n 1 -- true` under 10 s.
 
@@ -110,10 +114,7 @@ def contract(function: Callable[..., Any], work: Path, quick: bool) -> list[Figu
 def from_measure_throughput(function: Callable[..., Any], work: Path, quick: bool) -> list[Figure]:
     """bench_launch.measure_throughput(jobs, nodes) -> {"jobs_per_second": ...}."""
     rate = float(function(200 if quick else 1000, 2)["jobs_per_second"])
-    return [
-        Figure("launch", "1-rank `true` jobs end to end, 2 NMs", rate, "jobs/s", ">= 500", rate >= 500),
-        Figure("launch", "soak's 1,000-job mix, speed-up over today", None, "x", ">= 3x"),
-    ]
+    return [Figure("launch", "1-rank `true` jobs end to end, 2 NMs", rate, "jobs/s", ">= 500", rate >= 500)]
 
 
 def from_measure_cli(function: Callable[..., Any], work: Path, quick: bool) -> list[Figure]:
@@ -139,10 +140,7 @@ def from_measure_cli(function: Callable[..., Any], work: Path, quick: bool) -> l
 def launch_fallback(work: Path, quick: bool) -> list[Figure]:
     """A bench_launch without measure_throughput (the one-at-a-time ``throughput`` it had is gone): the rows
     are reported, not measured."""
-    return [
-        Figure("launch", "1-rank `true` jobs end to end, 2 NMs", None, "jobs/s", ">= 500"),
-        Figure("launch", "soak's 1,000-job mix, speed-up over today", None, "x", ">= 3x"),
-    ]
+    return [Figure("launch", "1-rank `true` jobs end to end, 2 NMs", None, "jobs/s", ">= 500")]
 
 
 def cli_fallback(work: Path, quick: bool) -> list[Figure]:
@@ -518,6 +516,8 @@ def figures_of(result: Json) -> list[Figure]:
             Figure("queue", "store size", queue["store_mb"], "MiB"),
         ]  # fmt: skip
     out += [Figure(**f) for f in result.get("plugins", {}).get("figures", [])]
+    if "soak" in result:
+        out += [Figure(**f) for f in soak.figures(result["soak"])]
     return out
 
 
@@ -529,9 +529,11 @@ def table(figures: list[Figure]) -> str:
     return "\n".join(lines)
 
 
-def run(parts: set[str], quick: bool, emulated: int, lead: float) -> Json:
+def run(
+    parts: set[str], quick: bool, emulated: int, lead: float, *, argv: list[str], against: tuple[str, ...]
+) -> Json:  # fmt: skip
     result: Json = {
-        "command": " ".join(["storm bench scale", *sys.argv[1:]]),
+        "command": " ".join(["storm bench scale", *argv]),
         "machine": {
             "cpus": os.cpu_count(), "python": platform.python_version(), "kernel": platform.release(),
             "load_before": load(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -549,6 +551,8 @@ def run(parts: set[str], quick: bool, emulated: int, lead: float) -> Json:
         if "plugins" in parts:
             figures, used = plugin_figures(work, quick)
             result["plugins"] = {"used": used, "figures": [asdict(f) for f in figures]}
+        if "soak" in parts:
+            result["soak"] = soak.scale_part(work, quick, against)
     result["machine"]["load_after"] = load()
     result["figures"] = [asdict(f) for f in figures_of(result)]
     return result
@@ -566,6 +570,10 @@ def main(argv: list[str] | None = None) -> int:
         help="[mm] switch_lead for the emulated nodes (s; default 0.05, the most a 100 ms slice allows: "
         "delivery to 1,024 took 15-43 ms on this 2-CPU host)",
     )  # fmt: skip
+    parser.add_argument(
+        "--against", action="append", default=[], metavar="PYTHON",
+        help="part soak: time the same mix under this Python's storm too (e.g. another checkout's venv)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="write every raw figure here")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     args = parser.parse_args(argv)
@@ -573,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     if parts - set(PARTS):
         parser.error(f"unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; known: {', '.join(PARTS)}")
     emulated = args.emulated or (256 if args.quick else 1024)
-    result = run(parts, args.quick, emulated, args.lead_emulated)
+    # What was asked, as given: `storm bench scale` passes its options here, sys.argv holds "bench scale" too.
+    given = sys.argv[1:] if argv is None else argv
+    result = run(parts, args.quick, emulated, args.lead_emulated, argv=given, against=tuple(args.against))
     text = table([Figure(**f) for f in result["figures"]])
     print(text)
     machine = result["machine"]

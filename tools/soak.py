@@ -16,6 +16,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import random
 import subprocess
 import sys
@@ -84,6 +85,9 @@ def plan(jobs: int = JOBS, seed: int = SEED) -> list[tuple[Kind, int]]:
     return [(kind, rng.choice(kind.ranks)) for kind in kinds]
 
 
+Wrong = tuple[int, str, str, int | None, str]  # job id, kind, state, exit code, reason
+
+
 @dataclasses.dataclass
 class Soak:
     kinds: dict[int, Kind]  # each job submitted, by id
@@ -94,9 +98,9 @@ class Soak:
     def rate(self) -> float:
         return len(self.kinds) / self.seconds
 
-    def wrong(self) -> list[tuple[int, str, str, int | None, str]]:
+    def wrong(self) -> list[Wrong]:
         """The soak's jobs that ended otherwise than their kind says (or are not in the store)."""
-        wrong = []
+        wrong: list[Wrong] = []
         for j, kind in self.kinds.items():
             info = self.jobs.get(j)
             if info is None:
@@ -199,6 +203,15 @@ def measure(directory: Path, jobs: int = JOBS, seed: int = SEED) -> dict[str, An
         "kinds": soak.by_kind(), "as_their_kind": jobs - len(wrong), "wrong": [list(w) for w in wrong[:10]],
         "unexpected_jobs": unexpected,
     }  # fmt: skip
+
+
+def scale_part(work: Path, quick: bool, pythons: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`storm bench scale`'s part soak: the mix (300 jobs if ``quick``) here, then under each ``pythons``."""
+    jobs = 300 if quick else JOBS
+    load_before = [round(v, 2) for v in os.getloadavg()]
+    result = {**measure(work / "soak", jobs), "load_before": load_before}
+    result["against"] = {python: against(python, work, jobs) for python in pythons}
+    return result
 
 
 def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
