@@ -229,8 +229,8 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
     for python, other in result.get("against", {}).items():
         rate = other.get("jobs_per_second")  # None: it did not run (its "error" says why)
-        sound = rate is not None and other["as_their_kind"] == other["jobs"]
-        name = f"the same mix under {python}{'' if sound else ' (jobs NOT as their kind)'}"
+        wrong = rate is not None and other["as_their_kind"] != other["jobs"]
+        name = f"the same mix under {python}{' (jobs NOT as their kind)' if wrong else ''}"
         speedup = result["jobs_per_second"] / rate if rate else None
         rows += [
             dict(part="soak", name=name, value=rate, unit="jobs/s"),
