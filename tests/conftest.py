@@ -33,6 +33,11 @@ LEAK_DEADLINE = 15.0
 def pytest_configure(config: pytest.Config) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # A suite started in the background by a shell without job control (`nohup ... &`, as some CI runners
+    # do) has SIGINT ignored, and every program a test starts would inherit that: the tests of Ctrl-C
+    # could interrupt nothing. A handler, unlike "ignore", does not survive exec: children get the default.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
