@@ -117,6 +117,16 @@ class Soak:
     def by_kind(self) -> dict[str, int]:
         return dict(sorted(collections.Counter(k.name for k in self.kinds.values()).items()))
 
+    def pe_seconds(self) -> dict[str, float]:
+        """PE-seconds the soak's jobs held, by kind (start to recorded end, times ranks): what bounds its rate
+        once the PEs are busy all the time."""
+        held: collections.defaultdict[str, float] = collections.defaultdict(float)
+        for j, kind in self.kinds.items():
+            info = self.jobs.get(j)
+            if info is not None and info.start_time is not None and info.end_time is not None:
+                held[kind.name] += (info.end_time - info.start_time) * info.ranks
+        return dict(sorted(held.items()))
+
 
 def warm_up(client: Client, cwd: Path, nodes: int = NODES, pes: int = PES) -> p.JobInfo:
     """One job on every PE: each daemon has run a job, so caches and connections are warm before timing."""
@@ -197,9 +207,11 @@ def measure(directory: Path, jobs: int = JOBS, seed: int = SEED) -> dict[str, An
         c.down()
     unexpected = sorted(set(soak.jobs) - {warm.id, *soak.kinds})
     wrong = soak.wrong()
+    held = soak.pe_seconds()
     return {
         "jobs": jobs, "seed": seed, "window": WINDOW, "nms": NODES, "pes_per_node": PES,
         "seconds": soak.seconds, "jobs_per_second": soak.rate, "states": soak.states(),
+        "pe_seconds": held, "busy": sum(held.values()) / (NODES * PES * soak.seconds),
         "kinds": soak.by_kind(), "as_their_kind": jobs - len(wrong), "wrong": [list(w) for w in wrong[:10]],
         "unexpected_jobs": unexpected,
     }  # fmt: skip
@@ -220,10 +232,15 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     mix = f"soak's {jobs:,}-job mix, {result['nms']} NMs x {result['pes_per_node']} PEs"
     ok = result["as_their_kind"] == jobs and not result["unexpected_jobs"]
     speedup = result["jobs_per_second"] / BASELINE_RATE
+    held = result["pe_seconds"]
+    timeouts = held.get("timeout", 0.0) / (sum(held.values()) or 1.0)  # what bounds the rate (see README)
     rows = [
         dict(part="soak", name=f"{mix}: jobs ended as their kind", value=result["as_their_kind"],
              unit=f"of {jobs:,}", goal="all", met=ok),
         dict(part="soak", name=f"{mix}: throughput", value=result["jobs_per_second"], unit="jobs/s"),
+        dict(part="soak", name=f"{mix}: PEs busy (start to recorded end)", value=100 * result["busy"],
+             unit="%"),
+        dict(part="soak", name="  of that, the time-limit jobs", value=100 * timeouts, unit="%"),
         dict(part="soak", name=f"{mix}: speed-up over today ({BASELINE_RATE:g} jobs/s)", value=speedup,
              unit="x", goal=f">= {GOAL_SPEEDUP:g}x", met=ok and speedup >= GOAL_SPEEDUP),
     ]  # fmt: skip
