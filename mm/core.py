@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from storm.mm import protocol as p
 from storm.mm.config import MMConfig
-from storm.mm.effects import Effect, Publish, Reply, Send, Wait
+from storm.mm.effects import Attach, Effect, Publish, Relay, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
 from storm.mm.listing import job_infos, job_page, matrix_view, node_infos
@@ -219,7 +219,12 @@ class Controller:
         match msg:
             case p.SubmitJob():
                 job = self._submit(self.job_spec(msg, caller), now, out)
+                if msg.attach:  # before any of its output can exist: the client misses none of it
+                    self.runs.streams.attach(job.id, msg.attach)
+                    out.append(Attach(job.id, msg.attach))
                 return p.JobSubmitted(req=msg.req, job_id=job.id)
+            case p.AttachOutput():
+                return self._attach(msg, caller, now, out)
             case p.ListJobs():
                 return self._list_jobs(msg, now)
             case p.GetMatrix():
@@ -250,6 +255,31 @@ class Controller:
             case p.GetSpawns():
                 return dataclasses.replace(self.spawns_view(msg.job_id), req=msg.req)
         raise Rejected("bad_request", f"{msg.op} is not a client request")
+
+    def _attach(
+        self, msg: p.AttachOutput, caller: Credentials, now: float, out: list[Effect]
+    ) -> p.OutputAttached:
+        """attach_output: (again) attached to a streamed job that has not ended; its state in any case."""
+        infos = self.job_infos((msg.job_id,), now=now)
+        if not infos:
+            raise Rejected("unknown_job", f"no job {msg.job_id}")
+        job = infos[0]
+        if not may_manage(caller.uid, caller.user, job.uid, self.config.operators):
+            raise Rejected("permission_denied", f"job {job.id} belongs to {job.user}")
+        if not JobState(job.state).terminal:
+            self.runs.streams.attach(job.id, msg.token, msg.received)
+            out.append(Attach(job.id, msg.token))
+        return p.OutputAttached(
+            req=msg.req, job_id=job.id, mm_epoch=self.mm_epoch, state=job.state, reason=job.reason
+        )
+
+    def output(self, msg: p.JobOutput, sender: FromNode) -> list[Effect]:
+        """A chunk of a streamed job's output from a node: relayed to its attached clients, never stored
+        (no transaction: a flood of output costs storm-mm no commit)."""
+        job = self.runs.active.get(msg.job_id)
+        if msg.node != sender.name or job is None or msg.node not in job.nodes:
+            return []  # a node speaking for ranks it does not have, or of a job no longer running
+        return [Relay(msg.job_id, token, msg) for token in self.runs.streams.relay(msg)]
 
     def job_spec(self, msg: p.SubmitJob, caller: Credentials) -> JobSpec:
         """What a submission asks for, run as its caller, with the defaults filled in (mm/submission.py)."""
@@ -345,6 +375,9 @@ class Controller:
                 return self._spawn_failed(msg, now, out)
             case p.PmiName():
                 return self._pmi_name(msg, now, out)
+            case p.JobOutput():
+                out.extend(self.output(msg, FromNode(sender)))
+                return None
         return p.Error(code="bad_request", text=f"{msg.op} is not a node message")
 
     def _register(self, msg: p.RegisterNode, now: float, out: list[Effect]) -> p.NodeRegistered:
