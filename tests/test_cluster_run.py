@@ -343,3 +343,34 @@ def test_a_restart_of_storm_mm_while_storm_run_waits_is_survived_and_said(
         proc.communicate()
     assert proc.returncode == 3  # the job's end was heard from the new storm-mm
     assert b"after\n" in stdout  # output written after the reattachment reaches the terminal
+
+
+def test_a_stopped_client_holds_up_neither_the_ranks_nor_storm_mm_and_is_told_what_it_missed(
+    cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    """A terminal that takes nothing (the client stopped, as by Ctrl-Z) costs a bounded window: the job
+    writes far more than that and ends meanwhile; the client, continued, gets what fitted and the count of
+    the rest, and the job's file has every byte."""
+    go, size = tmp_path / "go", 8_000_000
+    script = f"while [ ! -e {go} ]; do sleep 0.02; done; head -c {size} /dev/zero | tr '\\0' x"
+    argv = run_argv("-n", "1", "-o", "big.out", "--", "sh", "-c", script)
+    proc = subprocess.Popen(
+        argv, env=environment(cluster), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        poll(lambda: client.jobs() and client.jobs()[0].state == "RUNNING", JOB_TIMEOUT, "the job to run")
+        job_id = client.jobs()[0].id
+        proc.send_signal(signal.SIGSTOP)
+        go.touch()
+        assert client.wait(job_id, timeout=JOB_TIMEOUT).state == "COMPLETED"  # while nobody reads
+        proc.send_signal(signal.SIGCONT)
+        stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 0, stderr
+    missed = re.search(rb"storm: (\d+) bytes of the job's output did not reach this terminal", stderr)
+    assert missed is not None, stderr
+    assert 0 < len(stdout) < size and len(stdout) + int(missed[1]) == size
+    assert set(stdout) == {ord("x")}
+    assert (tmp_path / "big.out").stat().st_size == size
