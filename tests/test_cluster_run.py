@@ -374,3 +374,29 @@ def test_a_stopped_client_holds_up_neither_the_ranks_nor_storm_mm_and_is_told_wh
     assert 0 < len(stdout) < size and len(stdout) + int(missed[1]) == size
     assert set(stdout) == {ord("x")}
     assert (tmp_path / "big.out").stat().st_size == size
+
+
+def test_a_job_cancelled_in_the_queue_exits_non_zero_saying_it_never_started(
+    cluster: LocalCluster, client: Client, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    blocker = client.submit(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done"], 2, cwd=str(tmp_path))
+    poll(lambda: client.job(blocker).state == "RUNNING", JOB_TIMEOUT, "the cluster to be full")
+    proc = subprocess.Popen(
+        run_argv("-n", "1", "--", "echo", "never"), env=environment(cluster), cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        queued = Output(proc.stderr.fileno()).until(r"storm: job (\d+) queued")
+        assert client.cancel((int(queued[1]),)) == {queued[1]: "cancelled"}
+        stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        proc.kill()
+        proc.communicate()
+        go.touch()
+    assert proc.returncode == 130 and stdout == b""
+    assert re.search(
+        rf"storm: job {queued[1]} CANCELLED before it started: cancelled by \w+", stderr.decode()
+    )
+    assert client.wait(blocker, timeout=JOB_TIMEOUT).state == "COMPLETED"

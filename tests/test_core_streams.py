@@ -222,6 +222,16 @@ def test_a_gap_is_counted_and_a_cut_line_stands_alone() -> None:
 def test_what_was_written_already_is_not_written_twice() -> None:
     a = Assembler()
     a.chunk(chunk(b"abcdef", 0))
-    assert a.chunk(chunk(b"defgh", 3)) == [("out", b"gh")]
-    a.chunk(chunk(b"", 8, eof=True))
-    assert a.chunk(chunk(b"late", 8)) == [] and a.missed == 0
+    assert a.chunk(chunk(b"defgh", 3, seq=1)) == [("out", b"gh")]
+    a.chunk(chunk(b"", 8, seq=2, eof=True))
+    assert a.chunk(chunk(b"late", 8, seq=3)) == [] and a.missed == 0
+
+
+def test_a_requeued_jobs_next_run_is_written_whole_whether_or_not_the_last_one_ended() -> None:
+    a = Assembler(label=True)
+    a.chunk(chunk(b"run 1, cut", 0, rank=0))  # its node was lost: no end
+    a.chunk(chunk(b"run 1\n", 0, rank=1))
+    a.chunk(chunk(b"", 6, rank=1, seq=1, eof=True))
+    assert a.chunk(chunk(b"run 2\n", 0, rank=0)) == [("out", b"0: run 1, cut\n"), ("out", b"0: run 2\n")]
+    assert a.chunk(chunk(b"run 2\n", 0, rank=1)) == [("out", b"1: run 2\n")]
+    assert a.missed == 0

@@ -3,6 +3,7 @@
 Chunks (mm/protocol.py's ``job_output``) come per rank and stream in order, but some may be missing: every
 hop drops what its next one cannot take rather than hold up the ranks. A chunk's offset shows the gap, and
 the end of each stream (never dropped) its length, so :class:`Assembler` counts what the terminal missed.
+A requeued job's next run starts its streams again (sequence 0): they are written as new ones.
 With ``label`` (as ``srun --label``) each complete line is prefixed by its rank, ``0: text``; a partial line
 waits for its end (or for the stream's end, or a gap, when it is written as a line of its own).
 """
@@ -31,11 +32,16 @@ class Assembler:
     def chunk(self, msg: JobOutput) -> list[tuple[str, bytes]]:
         key = (msg.rank, msg.stream)
         self.received += len(msg.data)
+        out: list[tuple[str, bytes]] = []
+        if msg.seq == 0 and (key in self.ended or key in self.expected):
+            # Nothing is ever sent twice: a first chunk again is a new run of a requeued job.
+            out.extend(self._flush(key))
+            self.ended.discard(key)
+            self.expected.pop(key, None)
         if key in self.ended:
             return []  # a repeat after the end (a reattachment): it was written already
         due = self.expected.get(key, 0)
         data = msg.data
-        out: list[tuple[str, bytes]] = []
         if msg.offset > due:
             self.missed += msg.offset - due
             out.extend(self._flush(key))  # the line was cut: what came of it stands alone
