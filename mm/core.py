@@ -273,12 +273,20 @@ class Controller:
             req=msg.req, job_id=job.id, mm_epoch=self.mm_epoch, state=job.state, reason=job.reason
         )
 
-    def output(self, msg: p.JobOutput, sender: FromNode) -> list[Effect]:
+    def output(self, msg: p.JobOutput, sender: FromNode, now: float) -> list[Effect]:
         """A chunk of a streamed job's output from a node: relayed to its attached clients, never stored
-        (no transaction: a flood of output costs storm-mm no commit)."""
+        (no transaction: a flood of output costs storm-mm no commit). Refused as any node report is when
+        the sender is not the node it names or never registered."""
+        if msg.node != sender.name:
+            return [Reply(p.Error(code="bad_request", text="node name differs from routing id"))]
+        if self.registry.get(msg.node) is None:
+            self.throttle.warning(
+                log, ("unknown", msg.node), now, "%s from unknown node %r", msg.op, msg.node
+            )
+            return [Reply(p.Reregister(reason=f"unknown node {msg.node!r}: register first"))]
         job = self.runs.active.get(msg.job_id)
-        if msg.node != sender.name or job is None or msg.node not in job.nodes:
-            return []  # a node speaking for ranks it does not have, or of a job no longer running
+        if job is None or msg.node not in job.nodes:
+            return []  # output of a job that is no longer running there: nobody is attached to it
         return [Relay(msg.job_id, token, msg) for token in self.runs.streams.relay(msg)]
 
     def job_spec(self, msg: p.SubmitJob, caller: Credentials) -> JobSpec:
@@ -376,7 +384,7 @@ class Controller:
             case p.PmiName():
                 return self._pmi_name(msg, now, out)
             case p.JobOutput():
-                out.extend(self.output(msg, FromNode(sender)))
+                out.extend(self.output(msg, FromNode(sender), now))
                 return None
         return p.Error(code="bad_request", text=f"{msg.op} is not a node message")
 

@@ -496,7 +496,7 @@ class MachineManager:
         # inside the controller: a surrogate escape keeps any identity's bytes, so no other name can match.
         sender = FromNode(identity.decode("utf-8", "surrogateescape"))
         if isinstance(msg, p.JobOutput):  # relayed, never stored: no savepoint
-            self._carry_out(self.core.output(msg, sender))
+            self._carry_out(self.core.output(msg, sender, time.time()), self.nodes, identity)
             return
         with self.store.savepoint():
             effects = self.core.handle(msg, time.time(), sender)

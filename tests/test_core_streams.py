@@ -105,11 +105,14 @@ def test_a_chunk_from_one_of_the_jobs_nodes_is_relayed_and_from_any_other_node_i
 ) -> None:
     job_id, _ = submit(ctl)
     msg = chunk(b"hello\n", 0, job_id=job_id, node="n1", rank=1)
-    assert ctl.output(msg, FromNode("n1")) == [Relay(job_id, TOKEN, msg)]
+    assert ctl.output(msg, FromNode("n1"), T0) == [Relay(job_id, TOKEN, msg)]
     assert ctl.handle(msg, T0, FromNode("n1")) == [Relay(job_id, TOKEN, msg)]  # the same through handle
-    assert ctl.output(msg, FromNode("n0")) == []  # a node speaking for another
+    other = ctl.output(chunk(b"x", 0, job_id=job_id, node="n2"), FromNode("n2"), T0)
+    assert other == [Reply(p.Reregister(reason="unknown node 'n2': register first"))]  # as any report
     ctl.handle(p.RegisterNode(node="n2", pes=1, nm_epoch="n2-e", address="n2"), T0, FromNode("n2"))
-    assert ctl.output(chunk(b"x", 0, job_id=job_id, node="n2"), FromNode("n2")) == []  # not the job's
+    assert ctl.output(chunk(b"x", 0, job_id=job_id, node="n2"), FromNode("n2"), T0) == []  # not the job's
+    refused = ctl.output(msg, FromNode("n0"), T0)  # a node speaking for another
+    assert refused == [Reply(p.Error(code="bad_request", text="node name differs from routing id"))]
 
 
 def test_attach_output_reattaches_says_the_state_and_refuses_other_users(ctl: Controller) -> None:
