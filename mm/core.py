@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from storm.mm import protocol as p
 from storm.mm.config import MMConfig
-from storm.mm.effects import Attach, Effect, Publish, Relay, Reply, Send, Wait
+from storm.mm.effects import Attach, Effect, Publish, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
 from storm.mm.listing import job_infos, job_page, matrix_view, node_infos
@@ -34,6 +34,7 @@ from storm.mm.runs import RunTable, spawn_counts
 from storm.mm.slurm_style import format_duration
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
+from storm.mm.streams import attach_output, relay_output
 from storm.mm.submission import Rejected, check_fits, job_spec
 
 log = logging.getLogger("storm.mm")
@@ -224,7 +225,7 @@ class Controller:
                     out.append(Attach(job.id, msg.attach))
                 return p.JobSubmitted(req=msg.req, job_id=job.id)
             case p.AttachOutput():
-                return self._attach(msg, caller, now, out)
+                return attach_output(self, msg, caller, now, out)
             case p.ListJobs():
                 return self._list_jobs(msg, now)
             case p.GetMatrix():
@@ -256,38 +257,9 @@ class Controller:
                 return dataclasses.replace(self.spawns_view(msg.job_id), req=msg.req)
         raise Rejected("bad_request", f"{msg.op} is not a client request")
 
-    def _attach(
-        self, msg: p.AttachOutput, caller: Credentials, now: float, out: list[Effect]
-    ) -> p.OutputAttached:
-        """attach_output: (again) attached to a streamed job that has not ended; its state in any case."""
-        infos = self.job_infos((msg.job_id,), now=now)
-        if not infos:
-            raise Rejected("unknown_job", f"no job {msg.job_id}")
-        job = infos[0]
-        if not may_manage(caller.uid, caller.user, job.uid, self.config.operators):
-            raise Rejected("permission_denied", f"job {job.id} belongs to {job.user}")
-        if not JobState(job.state).terminal:
-            self.runs.streams.attach(job.id, msg.token, msg.received)
-            out.append(Attach(job.id, msg.token))
-        return p.OutputAttached(
-            req=msg.req, job_id=job.id, mm_epoch=self.mm_epoch, state=job.state, reason=job.reason
-        )
-
     def output(self, msg: p.JobOutput, sender: FromNode, now: float) -> list[Effect]:
-        """A chunk of a streamed job's output from a node: relayed to its attached clients, never stored
-        (no transaction: a flood of output costs storm-mm no commit). Refused as any node report is when
-        the sender is not the node it names or never registered."""
-        if msg.node != sender.name:
-            return [Reply(p.Error(code="bad_request", text="node name differs from routing id"))]
-        if self.registry.get(msg.node) is None:
-            self.throttle.warning(
-                log, ("unknown", msg.node), now, "%s from unknown node %r", msg.op, msg.node
-            )
-            return [Reply(p.Reregister(reason=f"unknown node {msg.node!r}: register first"))]
-        job = self.runs.active.get(msg.job_id)
-        if job is None or msg.node not in job.nodes:
-            return []  # output of a job that is no longer running there: nobody is attached to it
-        return [Relay(msg.job_id, token, msg) for token in self.runs.streams.relay(msg)]
+        """A chunk of a streamed job's output from a node (mm/streams.py): relayed, never stored."""
+        return relay_output(self, msg, sender.name, now)
 
     def job_spec(self, msg: p.SubmitJob, caller: Credentials) -> JobSpec:
         """What a submission asks for, run as its caller, with the defaults filled in (mm/submission.py)."""

@@ -12,9 +12,21 @@ what it missed. An attachment is forgotten when its job ends.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from storm.mm import protocol as p
+from storm.mm.effects import Attach, Effect, Relay, Reply
 from storm.mm.protocol import OUTPUT_WINDOW, JobOutput
+from storm.mm.rights import Credentials, may_manage
+from storm.mm.states import JobState
+from storm.mm.submission import Rejected
+
+if TYPE_CHECKING:
+    from storm.mm.core import Controller
+
+log = logging.getLogger("storm.mm")
 
 
 @dataclass
@@ -63,3 +75,39 @@ class OutputRelay:
     def forget(self, job_id: int) -> None:
         """The job has ended: its clients have all they will get."""
         self.jobs.pop(job_id, None)
+
+
+# What the Controller (mm/core.py) does with the messages of streamed output: kept here, with the relay.
+
+
+def attach_output(
+    ctl: Controller, msg: p.AttachOutput, caller: Credentials, now: float, out: list[Effect]
+) -> p.OutputAttached:
+    """attach_output: (again) attached to a streamed job that has not ended; its state in any case."""
+    infos = ctl.job_infos((msg.job_id,), now=now)
+    if not infos:
+        raise Rejected("unknown_job", f"no job {msg.job_id}")
+    job = infos[0]
+    if not may_manage(caller.uid, caller.user, job.uid, ctl.config.operators):
+        raise Rejected("permission_denied", f"job {job.id} belongs to {job.user}")
+    if not JobState(job.state).terminal:
+        ctl.runs.streams.attach(job.id, msg.token, msg.received)
+        out.append(Attach(job.id, msg.token))
+    return p.OutputAttached(
+        req=msg.req, job_id=job.id, mm_epoch=ctl.mm_epoch, state=job.state, reason=job.reason
+    )
+
+
+def relay_output(ctl: Controller, msg: JobOutput, sender: str, now: float) -> list[Effect]:
+    """A chunk from node ``sender``: for the job's attached clients (no transaction: a flood of output
+    costs storm-mm no commit). Refused as any node report is when the sender is not the node it names or
+    never registered."""
+    if msg.node != sender:
+        return [Reply(p.Error(code="bad_request", text="node name differs from routing id"))]
+    if ctl.registry.get(msg.node) is None:
+        ctl.throttle.warning(log, ("unknown", msg.node), now, "%s from unknown node %r", msg.op, msg.node)
+        return [Reply(p.Reregister(reason=f"unknown node {msg.node!r}: register first"))]
+    job = ctl.runs.active.get(msg.job_id)
+    if job is None or msg.node not in job.nodes:
+        return []  # output of a job that is no longer running there: nobody is attached to it
+    return [Relay(msg.job_id, token, msg) for token in ctl.runs.streams.relay(msg)]
