@@ -62,6 +62,8 @@ class JobSpec:
     # in the queue and may suspend running jobs of a lower one ([mm] preemption).
     qos: str = ""
     priority: int = 0
+    # `storm run`: its ranks' output is streamed to attached clients (and still written to its files).
+    stream: bool = False
 
     @property
     def moldable(self) -> bool:
