@@ -20,6 +20,7 @@ from typing import Any
 from storm.mm import protocol as p
 from storm.mm.slurm_style import expand_path
 from storm.tools import views
+from storm.tools.cli_history import add_history_command
 from storm.tools.client import Client, ClientError, default_local_dir
 
 
@@ -534,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     add_job_commands(sub)
     add_view_commands(sub)
+    add_history_command(sub)
     add_cluster_commands(sub)
     return parser
 
