@@ -192,6 +192,21 @@ def test_the_query_filters_by_window_user_state_name_and_ids(filled: Path) -> No
         reader.close()
 
 
+def test_the_packed_answer_decodes_to_the_typed_page(filled: Path) -> None:
+    store = Store(filled)
+    changes = [p.ClassChange(job_id=5, rank=0, node="n1", time=460.0, old="CS", new="DC")]
+    store.save_usage(5, usage([p.RankExit(rank=0, exit_code=0, cpu_user=0.5)], changes, 2, 451.0, 500.0))
+    store.close()
+    reader = HistoryReader(filled)
+    try:
+        for query in (HistoryQuery(), HistoryQuery(limit=4, after=2), HistoryQuery(job_ids=(42,))):
+            entries, more = reader.page(query)
+            assert p.decode(reader.answer(query, 9)) == p.HistoryPage(req=9, jobs=tuple(entries), more=more)
+        assert reader.page(HistoryQuery(job_ids=(5,)))[0][0].class_times["DC"] == 40.0
+    finally:
+        reader.close()
+
+
 def test_pages_follow_one_another(filled: Path) -> None:
     reader = HistoryReader(filled)
     try:
