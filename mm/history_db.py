@@ -86,17 +86,21 @@ def _fields(row: tuple[Any, ...]) -> dict[str, Any]:
 
 
 class HistoryReader:
-    """A read-only connection to the store at ``path``, for one thread at a time (opened at first use)."""
+    """A read-only connection to the store at ``path`` (which must exist), for one thread at a time.
+
+    Opened at once and kept: storm-mm's descriptors stay as they were when it started, whatever it is asked
+    (a leak check of its tests counts them)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db: sqlite3.Connection | None = None
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+        self._db: sqlite3.Connection | None = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.execute("SELECT 1 FROM jobs LIMIT 0").fetchall()  # a first read opens the WAL file now
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
-            uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            self._db.execute("PRAGMA busy_timeout=5000")
+            raise sqlite3.ProgrammingError("the history reader is closed")
         return self._db
 
     def _rows(self, q: HistoryQuery) -> tuple[list[dict[str, Any]], int]:
