@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from storm.mm import protocol as p
+from storm.mm.accounting import NotAllowed, history_query
 from storm.mm.config import MMConfig
-from storm.mm.effects import Attach, Effect, Publish, Reply, Send, Wait
+from storm.mm.effects import Attach, Effect, Publish, ReadHistory, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
 from storm.mm.listing import job_infos, job_page, matrix_view, node_infos
@@ -255,6 +256,13 @@ class Controller:
                 return p.NodeList(req=msg.req, nodes=tuple(nodes))
             case p.GetSpawns():
                 return dataclasses.replace(self.spawns_view(msg.job_id), req=msg.req)
+            case p.JobHistory():
+                try:
+                    query = history_query(msg, caller, self.config.operators, p.HISTORY_PAGE)
+                except NotAllowed as exc:
+                    raise Rejected("permission_denied", str(exc)) from None
+                out.append(ReadHistory(query, msg.req))
+                return None
         raise Rejected("bad_request", f"{msg.op} is not a client request")
 
     def output(self, msg: p.JobOutput, sender: FromNode, now: float) -> list[Effect]:

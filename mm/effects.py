@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from storm.mm.accounting import HistoryQuery
 from storm.mm.jobs import Job
 from storm.mm.protocol import Heartbeat, JobInfo, Message
 
@@ -77,4 +78,14 @@ class Publish:
     heartbeat: Heartbeat
 
 
-Effect = Send | Reply | Wait | JobEnded | Publish | Attach | Relay
+@dataclass(frozen=True, slots=True)
+class ReadHistory:
+    """The answer to the history request ``req`` being handled is a page of the store's jobs for ``query``
+    (mm/history_db.py): read by the driver where it does not hold up the others (storm-mm: in a worker
+    thread, from a read-only connection), and sent to the caller once read."""
+
+    query: HistoryQuery
+    req: int
+
+
+Effect = Send | Reply | Wait | JobEnded | Publish | Attach | Relay | ReadHistory

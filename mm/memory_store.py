@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterable
 from types import TracebackType
 
+from storm.mm.accounting import Usage
 from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
 from storm.mm.states import JobState
@@ -47,7 +48,8 @@ class MemoryStore:
         self._last_id = 0
         self._barriers: dict[int, tuple[int, dict[str, str]]] = {}
         self._node_exits: dict[int, dict[str, tuple[RankExit, ...]]] = {}
-        self._class_changes: list[ClassChange] = []
+        self._class_changes: dict[int, list[ClassChange]] = {}  # per job: asked for at each end under FCS
+        self.usages: dict[int, Usage] = {}
         self._profiles: dict[int, list[ProfileEntry]] = {}
         self._nodes: dict[str, NodeRecord] = {}
         self._depth = 0
@@ -150,15 +152,19 @@ class MemoryStore:
 
     # -- measurements
 
+    def save_usage(self, job_id: int, usage: Usage) -> None:
+        with self.transaction():
+            self.usages[job_id] = usage
+
     def add_class_changes(self, changes: Iterable[ClassChange]) -> None:
         with self.transaction():
-            self._class_changes.extend(changes)
+            for c in changes:
+                self._class_changes.setdefault(c.job_id, []).append(c)
 
     def class_changes(self, job_ids: Iterable[int]) -> list[ClassChange]:
         result: list[ClassChange] = []
         for job_id in job_ids:
-            mine = [c for c in self._class_changes if c.job_id == job_id]
-            result.extend(sorted(mine, key=lambda c: c.time))
+            result.extend(sorted(self._class_changes.get(job_id, ()), key=lambda c: c.time))
         return result
 
     def add_profile(self, job_id: int, entries: Iterable[ProfileEntry]) -> None:

@@ -45,6 +45,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from storm.mm.accounting import usage
 from storm.mm.config import MMConfig
 from storm.mm.effects import Effect, JobEnded, Send
 from storm.mm.jobs import Job, advance, outcome, requeue
@@ -204,6 +205,7 @@ class RunTable:
         self.names = Names()
         self.streams = OutputRelay()  # clients attached to streamed jobs' output (storm run)
         self.pass_due = False  # see want_pass
+        self.classifies = Policy(policy).classifies  # FCS: a job's time per class is stored as it ends
         # The queue and the placed jobs as the scheduler sees them: every job that enters or leaves
         # ``pending`` does so through enqueue() and withdraw() (or a pass's starts) to keep them in step.
         layout = config.torus_layout()
@@ -514,6 +516,8 @@ class RunTable:
             self._requeue(job, track)
         else:
             ended = advance(job, state, now, exit_code=code, reason=reason, suspended_time=suspended)
+            changes = self.store.class_changes((job_id,)) if self.classifies else None
+            self.store.save_usage(job_id, usage(exits, changes, job.ranks, job.start_time, now))
             self.finish(ended, out)
         self._compact(out)
         self.want_pass()  # its PEs are free: what waited for them starts at the next pass, not the next tick

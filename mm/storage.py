@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from storm.mm.accounting import Usage
 from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
 
@@ -79,6 +80,10 @@ class Storage(Protocol):
     def forget_node_exits(self, job_id: int) -> None: ...
 
     # -- measurements
+    def save_usage(self, job_id: int, usage: Usage) -> None:
+        """What an ended job used (mm/accounting.py), for `storm history`."""
+        ...
+
     def add_class_changes(self, changes: Iterable[ClassChange]) -> None: ...
     def class_changes(self, job_ids: Iterable[int]) -> list[ClassChange]:
         """Per job in the order asked, each job's changes in order of time."""

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import msgpack
 
+from storm.mm.accounting import Usage
 from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
 from storm.mm.states import ACTIVE_STATES, JobState
 from storm.mm.storage import NodeRecord, StoreError
 from storm.mm.torus import Box
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def _sql_states(states: frozenset[JobState]) -> str:
@@ -53,6 +54,23 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN suspended_at REAL",
         "ALTER TABLE jobs ADD COLUMN resumed_at REAL",
     ),
+    # 7: accounting (storm history): who submitted a job, its name and size in columns of their own (filled
+    # from the specs of older jobs), what it used (CPU seconds, FCS class seconds: NULL, not measured), and
+    # the index the time window uses (jobs that had not ended by --since).
+    6: (
+        "ALTER TABLE jobs ADD COLUMN uid INTEGER NOT NULL DEFAULT -1",
+        "ALTER TABLE jobs ADD COLUMN user TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE jobs ADD COLUMN ranks INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN cpu_user REAL",
+        "ALTER TABLE jobs ADD COLUMN cpu_system REAL",
+        "ALTER TABLE jobs ADD COLUMN time_cs REAL",
+        "ALTER TABLE jobs ADD COLUMN time_f REAL",
+        "ALTER TABLE jobs ADD COLUMN time_dc REAL",
+        "UPDATE jobs SET uid = storm_spec(spec, 'uid'), user = storm_spec(spec, 'user'),"
+        " name = storm_spec(spec, 'name'), ranks = storm_spec(spec, 'ranks')",
+        "CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end_time)",
+    ),
 }
 
 _SCHEMA = f"""
@@ -63,6 +81,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- box: on a torus, the box it holds, 'x,y,z/a,b,c' (base / shape); '' on a flat network.
 -- suspended_by, suspended_at: while preemption holds a running job's ranks stopped, the job that suspended it
 -- and since when (NULL otherwise); resumed_at: its last resume.
+-- uid, user, name, ranks: the spec's, for storm history's filters (ranks: the size asked, a moldable job's
+-- least). cpu_user, cpu_system: its ranks' CPU seconds; time_cs, time_f, time_dc: under FCS, its ranks'
+-- seconds per class (mm/accounting.py); NULL until it ends, or not measured.
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     state TEXT NOT NULL,
@@ -82,10 +103,20 @@ CREATE TABLE IF NOT EXISTS jobs (
     box TEXT NOT NULL DEFAULT '',
     suspended_by INTEGER,
     suspended_at REAL,
-    resumed_at REAL
+    resumed_at REAL,
+    uid INTEGER NOT NULL DEFAULT -1,
+    user TEXT NOT NULL DEFAULT '',
+    name TEXT NOT NULL DEFAULT '',
+    ranks INTEGER NOT NULL DEFAULT 0,
+    cpu_user REAL,
+    cpu_system REAL,
+    time_cs REAL,
+    time_f REAL,
+    time_dc REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN {_UNFINISHED};
+CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end_time);
 -- The last PMI barrier each running job completed: a node that missed its answer (the MM restarted in
 -- between) asks again and gets the same answer.
 CREATE TABLE IF NOT EXISTS barriers (
@@ -177,6 +208,12 @@ def _pack_spec(spec: JobSpec) -> bytes:
     return packed
 
 
+def _spec_field(blob: bytes, name: str) -> int | str | None:
+    """SQL's storm_spec(spec, name): a field of a stored spec (migration 7 copies some into columns)."""
+    value = msgpack.unpackb(blob).get(name)
+    return value if isinstance(value, int | str) else None
+
+
 def _unpack_spec(blob: bytes) -> JobSpec:
     d = msgpack.unpackb(
         blob
@@ -237,6 +274,7 @@ class Store:
         self.path = path
         # Autocommit mode: transactions are explicit (see `transaction`), so a commit is never implicit.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.create_function("storm_spec", 2, _spec_field, deterministic=True)
         self._depth = 0
         self._begun = False  # BEGIN issued for the current transaction
         self.commits = 0  # so far (storm-mm logs it when it stops)
@@ -362,8 +400,18 @@ class Store:
     def add_job(self, spec: JobSpec, now: float) -> Job:
         with self._writing():
             cur = self._db.execute(
-                "INSERT INTO jobs (state, spec, submit_time, placement) VALUES (?, ?, ?, ?)",
-                (JobState.PENDING.value, _pack_spec(spec), now, msgpack.packb([])),
+                "INSERT INTO jobs (state, spec, submit_time, placement, uid, user, name, ranks)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    JobState.PENDING.value,
+                    _pack_spec(spec),
+                    now,
+                    msgpack.packb([]),
+                    spec.uid,
+                    spec.user,
+                    spec.name,
+                    spec.ranks,
+                ),
             )
         job_id = cur.lastrowid
         assert job_id is not None
@@ -444,6 +492,18 @@ class Store:
         rows = self._db.execute(query).fetchall()
         return [_row_to_job(r) for r in rows]
 
+    def save_usage(self, job_id: int, usage: Usage) -> None:
+        times = usage.class_times
+        with self._writing():
+            self._db.execute(
+                "UPDATE jobs SET cpu_user = ?, cpu_system = ?, time_cs = ?, time_f = ?, time_dc = ?"
+                " WHERE id = ?",
+                (
+                    usage.cpu_user, usage.cpu_system, *((None,) * 3 if times is None else
+                    (times.get("CS", 0.0), times.get("F", 0.0), times.get("DC", 0.0))), job_id,
+                ),
+            )  # fmt: skip
+
     # -- PMI barriers
 
     def save_barrier(self, job_id: int, seq: int, kvs: dict[str, str]) -> None:
@@ -465,7 +525,9 @@ class Store:
     # -- nodes' final reports on jobs still running elsewhere
 
     def save_node_exits(self, job_id: int, node: str, exits: Iterable[RankExit]) -> None:
-        packed = msgpack.packb([[e.rank, e.exit_code, e.signal, e.error] for e in exits])
+        packed = msgpack.packb(
+            [[e.rank, e.exit_code, e.signal, e.error, e.cpu_user, e.cpu_system] for e in exits]
+        )
         with self._writing():
             self._db.execute(
                 "INSERT OR REPLACE INTO node_exits (job_id, node, exits) VALUES (?, ?, ?)",
@@ -475,9 +537,11 @@ class Store:
     def node_exits(self) -> dict[int, dict[str, tuple[RankExit, ...]]]:
         found: dict[int, dict[str, tuple[RankExit, ...]]] = {}
         for job_id, node, packed in self._db.execute("SELECT job_id, node, exits FROM node_exits"):
-            exits = tuple(
-                RankExit(rank=rank, exit_code=code, signal=sig, error=error)
-                for rank, code, sig, error in msgpack.unpackb(packed)
+            exits = tuple(  # (the CPU seconds are absent from an older storm-mm's)
+                RankExit(rank=r[0], exit_code=r[1], signal=r[2], error=r[3], cpu_user=r[4], cpu_system=r[5])
+                if len(r) >= 6
+                else RankExit(rank=r[0], exit_code=r[1], signal=r[2], error=r[3])
+                for r in msgpack.unpackb(packed)
             )
             found.setdefault(int(job_id), {})[str(node)] = exits
         return found

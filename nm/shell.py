@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -343,10 +344,16 @@ class Shell:
     # ------------------------------------------------------------------------------------------- exits
 
     def _reap(self, r: Proc) -> None:
+        user = system = None
         try:
-            got, status = os.waitpid(r.pid, os.WNOHANG)
+            # wait4, not waitpid: its rusage is the rank's CPU time (and its reaped children's), which the
+            # exit carries to storm-mm for `storm history` (mm/accounting.py).
+            got, status, rusage = os.wait4(r.pid, os.WNOHANG)
         except ChildProcessError:
             got, status = r.pid, 255 << 8
+        else:
+            if r.world == 0:  # (a spawned process's CPU time is not counted: see mm/accounting.py)
+                user, system = rusage.ru_utime, rusage.ru_stime
         if got == 0:
             return
         loop = asyncio.get_running_loop()
@@ -354,15 +361,18 @@ class Shell:
         os.close(r.pidfd)
         r.pidfd = -1
         if r.abort is not None:
-            r.exit = r.abort  # it was killed for its abort: the abort is what it asked to exit with
+            # It was killed for its abort: the abort is what it asked to exit with (a spawned process's
+            # exactly as reported: the NM takes a second, different exit for a contradiction).
+            r.exit = (
+                dataclasses.replace(r.abort, cpu_user=user, cpu_system=system) if r.world == 0 else r.abort
+            )
         elif os.WIFSIGNALED(status):
-            r.exit = p.RankExit(rank=r.rank, signal=os.WTERMSIG(status))
+            r.exit = p.RankExit(rank=r.rank, signal=os.WTERMSIG(status), cpu_user=user, cpu_system=system)
         else:
             code = os.waitstatus_to_exitcode(status)
             early = code == 0 and r.talked_pmi and not r.finalized and not self.stopping
-            r.exit = p.RankExit(
-                rank=r.rank, exit_code=code, error="exited without calling MPI_Finalize" if early else ""
-            )
+            error = "exited without calling MPI_Finalize" if early else ""
+            r.exit = p.RankExit(rank=r.rank, exit_code=code, error=error, cpu_user=user, cpu_system=system)
         last = self._check_done()
         if r.world == 0 and not last:  # the last exit goes with the final report, which follows at once
             self._background(self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit)))

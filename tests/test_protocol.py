@@ -47,7 +47,11 @@ PROFILE = (
     p.ProfileEntry(rank=1, node="n1", wall=2.0, compute=2.0, poll=0.0, blocked=0.0, stopped=0.0, queued=0.0),
 )  # fmt: skip
 CHANGE = p.ClassChange(job_id=3, rank=1, node="n1", time=1700000000.5, old="CS", new="F", tslots=20)
-EXITS = (RankExit(rank=0, exit_code=0), RankExit(rank=1, signal=9), RankExit(rank=2, error="no such file"))
+EXITS = (
+    RankExit(rank=0, exit_code=0, cpu_user=0.25, cpu_system=0.0),
+    RankExit(rank=1, signal=9),
+    RankExit(rank=2, error="no such file"),
+)
 SLOTS = (RankSlot(rank=2, pe=0), RankSlot(rank=3, pe=5))
 
 LAUNCH = p.LaunchJob(
@@ -186,6 +190,57 @@ EXAMPLES: dict[str, p.Message] = {
     ),
     "attach_output": p.AttachOutput(req=12, job_id=1, token="a1b2", received=4096),  # noqa: S106
     "output_attached": p.OutputAttached(req=12, job_id=1, mm_epoch="m", state="PENDING", reason="Resources"),
+    "job_history": p.JobHistory(
+        req=12,
+        users=("alice", "1002"),
+        all_users=True,
+        states=("FAILED", "TIMEOUT"),
+        since=1.5,
+        until=9.0,
+        names=("x",),
+        job_ids=(3, 4),
+        limit=100,
+        after=2,
+    ),
+    "history": p.HistoryPage(
+        req=12,
+        jobs=(
+            p.HistoryEntry(
+                id=3,
+                name="x",
+                user="alice",
+                uid=1001,
+                state="COMPLETED",
+                ranks=2,
+                nodes=("n1",),
+                submit_time=1.0,
+                start_time=2.0,
+                end_time=3.5,
+                exit_code=0,
+                reason="",
+                suspended_time=0.5,
+                requeues=1,
+                cpu_user=0.75,
+                cpu_system=0.125,
+                class_times={"CS": 1.0, "F": 0.5, "DC": 1.5},
+            ),
+            p.HistoryEntry(
+                id=4,
+                name="",
+                user="bob",
+                uid=1002,
+                state="PENDING",
+                ranks=1,
+                nodes=(),
+                submit_time=2.0,
+                start_time=None,
+                end_time=None,
+                exit_code=None,
+                reason="",
+            ),
+        ),
+        more=4,
+    ),
 }
 
 SUBMIT = {"op": "submit_job", "ranks": 2, "argv": ["/bin/true"], "cwd": "/tmp", "env": {}}
@@ -717,3 +772,23 @@ def test_streamed_output_fields_default_so_that_older_peers_still_decode() -> No
     del launch["stream"]
     assert p.decode(pack(launch)).stream is False  # type: ignore[attr-defined]
     assert p.decode(p.encode(EXAMPLES["job_output"])) == EXAMPLES["job_output"]
+
+
+def test_an_exit_from_an_older_node_has_no_cpu_time_and_a_bad_one_is_refused() -> None:
+    old = p.decode(pack({"op": "rank_exited", "job_id": 1, "exit": {"rank": 0, "exit_code": 0}}))
+    assert isinstance(old, p.RankExited) and old.exit.cpu_user is None and old.exit.cpu_system is None
+    bad = {"op": "rank_exited", "job_id": 1, "exit": {"rank": 0, "exit_code": 0, "cpu_user": -1.0}}
+    assert "CPU seconds must be >= 0" in rejected(bad)
+
+
+def test_a_history_request_with_an_unknown_state_is_refused_clearly() -> None:
+    assert "states: each one of PENDING" in rejected({"op": "job_history", "states": ["DONE"]})
+    job = {
+        "id": 1, "name": "", "user": "u", "uid": 1, "state": "PENDING", "ranks": 1, "nodes": [],
+        "submit_time": 1.0, "start_time": None, "end_time": None, "exit_code": None, "reason": "",
+    }  # fmt: skip
+    page = p.decode(pack({"op": "history", "jobs": [job]}))
+    assert (
+        isinstance(page, p.HistoryPage) and page.jobs[0].class_times == {} and page.jobs[0].cpu_user is None
+    )
+    assert "class_times" in rejected({"op": "history", "jobs": [{**job, "class_times": {"XX": 1.0}}]})

@@ -26,7 +26,8 @@
    ``storm queue``, ``storm queue --all`` (its default: the newest finished jobs), ``storm nodes`` and
    ``storm show`` of an old job as a user runs them (median of 3, the CLI's start-up included), the MM's
    resident memory, the store's size, and one scheduling pass over the same queue shape, timed in process
-   on storm-mm's own Controller and a SQLite store.
+   on storm-mm's own Controller and a SQLite store; ``storm history --since`` the workload's start (goal:
+   under 1 s) and storm-mm's round trips while the whole history is read (tools/bench_history.py).
 5. ``plugins``: launch throughput (issue 18 item 4) and the command line's start-up (item 5): see PLUGINS.
 6. ``soak``: tests/test_soak.py's mix of 1,000 short jobs (tools/soak.py: the same jobs, the same checks of
    how each ended) on 3 real NMs x 2 PEs; its rate over the issue's "today" (goal: 3x). ``--against PYTHON``
@@ -64,7 +65,7 @@ from storm.mm import protocol as p
 from storm.mm.jobs import Job, JobSpec
 from storm.mm.states import JobState
 from storm.mm.store import Store
-from storm.tools import bench_gang, soak
+from storm.tools import bench_gang, bench_history, soak
 from storm.tools.local_cluster import LocalCluster, wait_for
 
 Json = dict[str, Any]
@@ -410,7 +411,7 @@ def storm_and_queue_parts(work: Path, quick: bool, count: int, parts: set[str]) 
     with cluster_of(work, "storm", emulated=count, submit_rate=0.0) as cluster:  # sent at once: no limit
         storm["mm_rss_mb_idle"] = mm_rss_mb(cluster)
         storm["load_before"] = load()
-        started = time.monotonic()
+        started, since = time.monotonic(), time.time()
         ids = submit_many(cluster.endpoint, jobs, ("sleep", "0.5"))
         storm["submitted_seconds"] = time.monotonic() - started
         if ids[0] != first_id:
@@ -423,6 +424,7 @@ def storm_and_queue_parts(work: Path, quick: bool, count: int, parts: set[str]) 
         storm["jobs_per_second"] = jobs / storm["workload_seconds"]
         if "queue" in parts:
             queue = queue_part(cluster, count, queued, finished)
+            queue["history"] = bench_history.measure(cluster.endpoint, since)  # the workload's and after
     storm["stored"] = stored(store_path, first_id, first_id + jobs - 1)
     queue["store_mb"] = store_path.stat().st_size / 2**20
     return storm, queue
@@ -515,6 +517,10 @@ def figures_of(result: Json) -> list[Figure]:
             Figure("queue", "MM memory with that queue", queue["mm_rss_mb"], "MiB"),
             Figure("queue", "store size", queue["store_mb"], "MiB"),
         ]  # fmt: skip
+    out += [
+        Figure(**f)
+        for f in bench_history.figures(queue.get("history", {}), "queue", queue.get("finished", 0))
+    ]
     out += [Figure(**f) for f in result.get("plugins", {}).get("figures", [])]
     if "soak" in result:
         out += [Figure(**f) for f in soak.figures(result["soak"])]

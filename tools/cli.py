@@ -20,6 +20,7 @@ from typing import Any
 from storm.mm import protocol as p
 from storm.mm.slurm_style import expand_path
 from storm.tools import views
+from storm.tools.cli_history import add_history_command
 from storm.tools.client import Client, ClientError, default_local_dir
 
 
@@ -508,7 +509,8 @@ def add_cluster_commands(sub: Any) -> None:
         "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster); "
         "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus; "
         "scale: issue 18's figures beside its goals (heartbeat spread, 1,024 emulated node managers, "
-        "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins)"
+        "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins); "
+        "history: storm history over 100,000 stored jobs, and storm-mm's answers while a big one runs"
     )
     which = (
         "launch",
@@ -524,6 +526,7 @@ def add_cluster_commands(sub: Any) -> None:
         "sim",
         "torus",
         "scale",
+        "history",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
@@ -550,6 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     add_job_commands(sub)
     add_view_commands(sub)
+    add_history_command(sub)
     add_cluster_commands(sub)
     return parser
 
