@@ -89,23 +89,41 @@ def parse_array(text: str) -> ArraySpec:
 
 def fold(tasks: tuple[int, ...] | list[int], limit: int = 0) -> str:
     """Sorted, distinct task ids as short as Slurm shows them: ``0-99``, ``1,3,5-7``, ``0-12:4``, and
-    ``%N`` after them for a limit. O(ids)."""
-    parts = []
+    ``%N`` after them for a limit. Consecutive ids make ranges; three or more evenly spaced ids left between
+    them make a stepped range. O(ids)."""
+    parts: list[str] = []
+    singles: list[int] = []
     i, n = 0, len(tasks)
-    while i < n:
+    while i <= n:
         j = i
-        step = tasks[i + 1] - tasks[i] if i + 1 < n else 1
-        while j + 1 < n and tasks[j + 1] - tasks[j] == step:
+        while j + 1 < n and tasks[j + 1] == tasks[j] + 1:
             j += 1
-        if step == 1 and j > i:
-            parts.append(f"{tasks[i]}-{tasks[j]}")
-        elif j >= i + 2:  # three or more evenly spaced: a stepped range reads better than a list
-            parts.append(f"{tasks[i]}-{tasks[j]}:{step}")
+        if i < n and j == i:
+            singles.append(tasks[i])
         else:
-            j = i
-            parts.append(str(tasks[i]))
+            parts.extend(_stepped(singles))
+            singles = []
+            if i < n:
+                parts.append(f"{tasks[i]}-{tasks[j]}")
         i = j + 1
     return ",".join(parts) + (f"%{limit}" if limit else "")
+
+
+def _stepped(ids: list[int]) -> list[str]:
+    """Ids none of which is next to another: runs of three or more at one step as ``a-b:s``."""
+    parts = []
+    i, n = 0, len(ids)
+    while i < n:
+        j = i
+        while j + 1 < n and ids[j + 1] - ids[j] == ids[i + 1] - ids[i]:
+            j += 1
+        if j >= i + 2:
+            parts.append(f"{ids[i]}-{ids[j]}:{ids[i + 1] - ids[i]}")
+            i = j + 1
+        else:
+            parts.append(str(ids[i]))
+            i += 1
+    return parts
 
 
 def parse_job_ref(text: str) -> tuple[int, tuple[int, ...] | None]:
