@@ -19,7 +19,7 @@ from typing import Any
 
 from storm.mm import protocol as p
 from storm.mm.slurm_style import expand_path
-from storm.tools import views
+from storm.tools import cli_arrays, views
 from storm.tools.client import Client, ClientError, default_local_dir
 
 
@@ -89,7 +89,8 @@ def check_command(argv: list[str], env: dict[str, str], cwd: str) -> None:
 def prepare_outputs(pattern: str, ranks: int, cwd: str, user: str, name: str) -> str:
     """Make the output path absolute; truncate files whose names are known now (Slurm's open mode).
 
-    Names that depend on the job id (%j) or node (%N) are created by the job shells, in append mode.
+    Names that depend on the job id (%j), an array task (%A, %a) or the node (%N) are created by the job
+    shells, in append mode.
     """
     path = pattern if os.path.isabs(pattern) else os.path.join(cwd, pattern)
     directory = os.path.dirname(path) or "/"
@@ -99,7 +100,7 @@ def prepare_outputs(pattern: str, ranks: int, cwd: str, user: str, name: str) ->
         raise UsageError(f"output directory {directory} is not a directory")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise UsageError(f"output directory {directory} is not writable")
-    if "%j" not in path and "%N" not in path:
+    if not any(f"%{c}" in path for c in "jNAa"):
         names = {expand_path(path, job_id=0, user=user, name=name, rank=r) for r in range(ranks)}
         for file in names:
             try:
@@ -117,6 +118,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not argv:
         raise UsageError("a command is required: storm submit -n RANKS -- COMMAND [ARGS...]")
     ranks, max_ranks = parse_ranks(args.ranks)
+    extra = cli_arrays.submit_fields(args)  # before any output file is made
     cwd = os.getcwd()
     env = dict(os.environ)
     check_command(argv, env, cwd)
@@ -126,18 +128,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # Per-rank file names known now are truncated for the ranks the job will have at least.
     output = prepare_outputs(args.output or "storm-%j.out", ranks, cwd, user, name)
     error = prepare_outputs(args.error, ranks, cwd, user, name) if args.error else ""
-    extra: dict[str, object] = {"max_ranks": max_ranks} if max_ranks else {}
+    if max_ranks:
+        extra["max_ranks"] = max_ranks
     if args.qos:
         extra["qos"] = args.qos
     with Client(args.mm) as client:
-        job_id = client.submit(
+        submitted = client.submit_job(
             argv, ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
             requeue=args.requeue, hook=args.hook, **extra, **run_as(args.uid, args.gid),
         )  # fmt: skip
-        print(job_id, flush=True)
+        print(submitted.job_id, flush=True)  # an array's id: its tasks are ID_TASK
         if not args.wait:
             return 0
-        return wait_for_job(client, job_id)
+        # An array: every task, and the highest exit status (sbatch --wait's).
+        return max(wait_for_job(client, job_id) for job_id in submitted.job_ids or (submitted.job_id,))
 
 
 def run_as(uid: str | None, gid: str | None) -> dict[str, object]:
@@ -209,14 +213,15 @@ def wait_for_job(client: Client, job_id: int) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    job_ids, tasks = cli_arrays.references(args.job_ids)
     with Client(args.mm) as client:
-        results = client.cancel(tuple(args.job_ids))
+        results = client.cancel(job_ids, tasks)
     status = 0
-    for job_id in args.job_ids:
-        result = results.get(str(job_id), "no answer")
+    for key in [str(j) for j in job_ids] + [str(t) for t in tasks]:
+        result = results.get(key, "no answer")
         ok = result in ("cancelled", "cancelling")
         status |= 0 if ok else 1
-        print(f"job {job_id}: {result}", file=sys.stdout if ok else sys.stderr)
+        print(f"job {key}: {result}", file=sys.stdout if ok else sys.stderr)
     return status
 
 
@@ -381,7 +386,9 @@ def add_job_commands(sub: Any) -> None:
     s.add_argument("--name", "-J", help="job name (default: the command's name)")
     s.add_argument("--time", "-t", help="time limit: minutes, M:S, H:M:S, D-H:M:S, or 30s/5m/2h/1d")
     s.add_argument(
-        "--output", "-o", help="stdout file; %%j job id, %%t rank, %%N node (default storm-%%j.out)"
+        "--output",
+        "-o",
+        help="stdout file; %%j job id, %%t rank, %%N node, %%A %%a array and task (default storm-%%j.out)",
     )
     s.add_argument("--error", "-e", help="stderr file (default: with stdout)")
     s.add_argument("--wait", "-W", action="store_true", help="wait for the job and exit with its exit code")
@@ -396,12 +403,15 @@ def add_job_commands(sub: Any) -> None:
         action="store_false",
         help="run the ranks without mpihook: no statistics, FCS cannot classify them, waits always poll",
     )
+    cli_arrays.add_options(s)
     s.add_argument("--uid", help="run as this user: only yourself is accepted (jobs run as their submitter)")
     s.add_argument("--gid", help="run with this group: only your own is accepted")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     s.set_defaults(func=cmd_submit)
-    c = sub.add_parser("cancel", help="cancel jobs")
-    c.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
+    c = sub.add_parser("cancel", help="cancel jobs (an array's id: every task of it; ID_TASK: one task)")
+    c.add_argument(
+        "job_ids", nargs="+", type=cli_arrays.job_ref, metavar="JOBID", help="123, 123_7, 123_[1-3]"
+    )
     c.set_defaults(func=cmd_cancel)
 
 
@@ -417,8 +427,10 @@ def add_view_commands(sub: Any) -> None:
     )
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=views.cmd_queue)
-    sh = sub.add_parser("show", help="show jobs in detail")
-    sh.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
+    sh = sub.add_parser("show", help="show jobs in detail (an array's id: every task of it)")
+    sh.add_argument(
+        "job_ids", nargs="+", type=cli_arrays.job_ref, metavar="JOBID", help="123, 123_7, 123_[1-3]"
+    )
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=views.cmd_show)
     n = sub.add_parser("nodes", help="list node managers")
@@ -543,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status: int = args.func(args)
-    except (UsageError, p.ProtocolError) as exc:
+    except (UsageError, cli_arrays.UsageError, p.ProtocolError) as exc:
         print(f"storm {args.cmd}: {exc}", file=sys.stderr)
         return 2
     except ClientError as exc:
