@@ -504,7 +504,8 @@ def add_cluster_commands(sub: Any) -> None:
         "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster); "
         "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus; "
         "scale: issue 18's figures beside its goals (heartbeat spread, 1,024 emulated node managers, "
-        "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins)"
+        "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins); "
+        "arrays: submitting an array, a pass with held tasks, releasing dependents (in memory, no cluster)"
     )
     which = (
         "launch",
@@ -520,6 +521,7 @@ def add_cluster_commands(sub: Any) -> None:
         "sim",
         "torus",
         "scale",
+        "arrays",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
