@@ -187,3 +187,21 @@ def test_arrays_and_dependencies_survive_an_mm_sigkill(make_cluster: object, tmp
     assert max(t.end_time for t in tasks) <= jobs[whole].start_time  # type: ignore[operator, type-var]
     assert (jobs[fails].state, jobs[never].state) == ("FAILED", "CANCELLED")
     assert jobs[never].reason.startswith(f"DependencyNeverSatisfied: job {fails} ended FAILED")
+
+
+def test_submit_wait_on_an_array_waits_for_every_task_and_exits_with_the_highest_status(
+    make_cluster: object, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster: LocalCluster = make_cluster(nodes=1, pes_per_node=2)  # type: ignore[operator]
+    monkeypatch.setenv("STORM_MM", cluster.endpoint)
+    monkeypatch.chdir(tmp_path)
+    argv = ["submit", "-n", "1", "-a", "0,3,1%2", "--wait", "--", "sh", "-c", "exit $STORM_ARRAY_TASK_ID"]
+    assert cli.main(argv) == 3
+    array = int(capsys.readouterr().out)
+    with cluster.client() as client:
+        jobs = client.named((array,))
+    assert [(j.array_task, j.state, j.exit_code) for j in jobs] == [
+        (0, "COMPLETED", 0),
+        (1, "FAILED", 1),
+        (3, "FAILED", 3),
+    ]

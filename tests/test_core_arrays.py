@@ -5,6 +5,7 @@ an array or a task, requeues, and a restarted MM that judges everything as befor
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -437,3 +438,16 @@ def test_a_thousand_held_tasks_are_not_in_the_pass_and_are_released_by_what_they
     assert start_all(ctl, T0 + 1) == list(ids[:4])  # 4 PEs free
     assert list(ctl.runs.state.queued) == list(ids[4:10])  # the limit's 10 slots, no more, in the queue
     assert {reason(ctl, i) for i in ids[10:]} == {"JobArrayTaskLimit"}
+
+
+def test_the_arrays_benchmark_reports_every_figure(tmp_path: Path) -> None:
+    from storm.tools import bench_arrays
+
+    out = tmp_path / "bench.json"
+    assert bench_arrays.main(["--tasks", "20", "--held", "50", "--repeats", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())["figures"]
+    assert sorted(figures) == sorted([
+        "submit: one array of 20 tasks", "submit: 20 single jobs", "pass: 50 tasks held by %10",
+        "pass: 50 jobs queued", "release: 50 dependents of one job",
+    ])  # fmt: skip
+    assert all(f["wall_s"] > 0 and f["cpu_s"] >= 0 for f in figures.values())

@@ -39,6 +39,7 @@ def controller(directory: Path) -> Controller:
     """64 nodes x 4 PEs, all but one held by a running job (job 1): a queued job of two ranks waits, and
     every pass tries it."""
     store = Store(directory / "storm.db")  # synchronous=FULL, as storm-mm by default
+    OPENED.append(store)
     ctl = Controller(
         store, MMConfig(node_timeout=1e9, max_array_size=100_001), "bench", nonce=seeded_nonces(0)
     )
@@ -61,13 +62,20 @@ def timed(action: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+OPENED: list[Store] = []  # closed after each run: a benchmark run in a test must leave no file open
+
+
 def best(make: Callable[[Path], Callable[[], object]], repeats: int) -> tuple[float, float]:
     """The least wall (and CPU) seconds of ``repeats`` runs, each on a fresh store."""
     results = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as directory:
-            action = make(Path(directory))
-            results.append(timed(action))
+            try:
+                action = make(Path(directory))
+                results.append(timed(action))
+            finally:
+                while OPENED:
+                    OPENED.pop().close()
     return min(results)
 
 

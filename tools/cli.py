@@ -141,7 +141,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         # An array: every task, and the highest exit status (sbatch --wait's).
-        return max(wait_for_job(client, job_id) for job_id in submitted.job_ids or (submitted.job_id,))
+        tasks = submitted.job_ids or (submitted.job_id,)
+        return max(wait_for_job(client, job_id, cancel=submitted.job_id) for job_id in tasks)
 
 
 def run_as(uid: str | None, gid: str | None) -> dict[str, object]:
@@ -195,15 +196,17 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def wait_for_job(client: Client, job_id: int) -> int:
-    """Block until the job ends; the first Ctrl-C cancels it (as with srun), a second one stops waiting."""
+def wait_for_job(client: Client, job_id: int, cancel: int | None = None) -> int:
+    """Block until the job ends; the first Ctrl-C cancels it (``cancel``: that job, or the whole array of
+    that id, instead), as with srun; a second one stops waiting."""
     from storm.mm.jobs import WAIT_EXIT_CODES  # the MM's job model (and torus): only --wait needs it
 
     try:
         job = client.wait(job_id)
     except KeyboardInterrupt:
-        print(f"storm: cancelling job {job_id} (Ctrl-C again to stop waiting)", file=sys.stderr)
-        client.cancel((job_id,))
+        target = job_id if cancel is None else cancel
+        print(f"storm: cancelling job {target} (Ctrl-C again to stop waiting)", file=sys.stderr)
+        client.cancel((target,))
         job = client.wait(job_id)
     state = p.JobState(job.state)
     if state is p.JobState.COMPLETED:
