@@ -81,6 +81,9 @@ class MMConfig:
     # A job submitted with --requeue goes back to the queue after a node failure at most this many times
     # (Slurm's MaxBatchRequeue, also 5); after that it ends NODE_FAIL. 0: never requeue.
     max_requeues: int = 5
+    # Job arrays (storm submit --array): task ids go from 0 to max_array_size - 1 (Slurm's MaxArraySize,
+    # 1001 by default; at most 4000001, Slurm's bound too). A bigger array is refused when submitted.
+    max_array_size: int = 1001
     # Per-client limits (a client is a uid). A request larger than this gets a `too_large` error; one over
     # four times this is cut off by ZeroMQ before it is read at all (the peer is disconnected).
     max_message_bytes: int = 1 << 20
@@ -325,6 +328,8 @@ def _validate(config: StormConfig) -> None:
         raise ConfigError("mm.node_timeout and mm.kill_timeout must be positive")
     if not 0 <= config.mm.hang_warning < float("inf"):
         raise ConfigError("mm.hang_warning must be 0 (off) or a number of seconds")
+    if not 1 <= config.mm.max_array_size <= 4_000_001:
+        raise ConfigError("mm.max_array_size must be 1 to 4000001 (task ids 0 to max_array_size - 1)")
     if config.mm.max_requeues < 0:
         raise ConfigError("mm.max_requeues must not be negative (0: never requeue)")
     if not 4096 <= config.mm.max_message_bytes <= MAX_NODE_MESSAGE:

@@ -23,14 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from storm.mm import protocol as p
+from storm.mm import targets
 from storm.mm.accounting import NotAllowed, history_query
 from storm.mm.config import MMConfig
 from storm.mm.effects import Attach, Effect, Publish, ReadHistory, Reply, Send, Wait
-from storm.mm.jobs import Job, JobSpec, advance
+from storm.mm.holds import array_tasks
+from storm.mm.jobs import Job, JobSpec
 from storm.mm.limits import LogThrottle
 from storm.mm.listing import job_infos, job_page, matrix_view, node_infos
 from storm.mm.nodes import DOWN, NodeRegistry
-from storm.mm.rights import Credentials, may_manage
+from storm.mm.rights import Credentials
 from storm.mm.runs import RunTable, spawn_counts
 from storm.mm.slurm_style import format_duration
 from storm.mm.states import JobState
@@ -93,6 +95,7 @@ class Controller:
         with self.store.transaction():
             self.registry.load(self.store.nodes(), now)
             runs.recover(now)
+            runs.settle(now, out)  # a dependency judged afresh: what can never hold ends
             down = {n.name for n in self.registry.all() if n.state == DOWN}
             for job in list(runs.active.values()):
                 for name in down.intersection(job.nodes):
@@ -220,11 +223,13 @@ class Controller:
     ) -> p.Message | None:
         match msg:
             case p.SubmitJob():
-                job = self._submit(self.job_spec(msg, caller), now, out)
+                jobs = self._submit(self.job_spec(msg, caller), now, out)
                 if msg.attach:  # before any of its output can exist: the client misses none of it
-                    self.runs.streams.attach(job.id, msg.attach)
-                    out.append(Attach(job.id, msg.attach))
-                return p.JobSubmitted(req=msg.req, job_id=job.id)
+                    for job in jobs:
+                        self.runs.streams.attach(job.id, msg.attach)
+                        out.append(Attach(job.id, msg.attach))
+                ids = tuple(j.id for j in jobs) if msg.array else ()
+                return p.JobSubmitted(req=msg.req, job_id=jobs[0].id, job_ids=ids)
             case p.AttachOutput():
                 return attach_output(self, msg, caller, now, out)
             case p.ListJobs():
@@ -241,7 +246,10 @@ class Controller:
                 processes = tuple(self.runs.reports.processes(msg.job_ids))
                 return p.ClassesView(req=msg.req, processes=processes)
             case p.CancelJobs():
-                results = self._cancel(msg.job_ids, caller, now, out)
+                named = targets.named(self.runs, msg.job_ids, msg.tasks)
+                results = targets.cancel(
+                    self.runs, named, caller, operators=self.config.operators, now=now, out=out
+                )
                 return p.CancelResult(req=msg.req, results=results)
             case p.WaitJob():
                 infos = self.job_infos((msg.job_id,), now=now)
@@ -273,38 +281,31 @@ class Controller:
         """What a submission asks for, run as its caller, with the defaults filled in (mm/submission.py)."""
         return job_spec(msg, caller, self.config)
 
-    def _submit(self, spec: JobSpec, now: float, out: list[Effect]) -> Job:
-        check_fits(spec, self.runs.matrix, self.runs.torus)
-        job = self.store.add_job(spec, now)
-        self.runs.enqueue(job)
-        self.runs.want_pass()
-        return job
-
-    def _cancel(
-        self, job_ids: tuple[int, ...], caller: Credentials, now: float, out: list[Effect]
-    ) -> dict[str, str]:
+    def _submit(self, spec: JobSpec, now: float, out: list[Effect]) -> list[Job]:
+        """One job, or an array's tasks (one write, one commit); a dependency on no known job is refused."""
         runs = self.runs
-        results: dict[str, str] = {}
-        for job_id in job_ids:
-            job = runs.job(job_id)
-            if job is None:
-                results[str(job_id)] = "unknown job"
-            elif not may_manage(caller.uid, caller.user, job.spec.uid, self.config.operators):
-                results[str(job_id)] = f"permission denied: job {job_id} belongs to {job.spec.user}"
-            elif job.state.terminal:
-                results[str(job_id)] = f"already {job.state.value}"
-            elif job.state is JobState.PENDING:
-                runs.withdraw(job_id)
-                runs.finish(advance(job, JobState.CANCELLED, now, reason=f"cancelled by {caller.user}"), out)
-                results[str(job_id)] = "cancelled"
-            else:
-                runs.end(job, JobState.CANCELLED, f"cancelled by {caller.user}", now, out)
-                results[str(job_id)] = "cancelled" if job_id not in runs.active else "cancelling"
+        check_fits(spec, runs.matrix, runs.torus)
+        if spec.dependency:
+            try:
+                runs.holds.resolve(spec.dependency)
+            except ValueError as exc:
+                raise Rejected("bad_dependency", f"--dependency {spec.dependency}: {exc}") from None
+        if spec.array:
+            jobs = self.store.add_array(spec, array_tasks(spec.array)[0], now)
+        else:
+            jobs = [self.store.add_job(spec, now)]
+        for job in jobs:
+            runs.enqueue(job)
+        runs.settle(now, out)  # a dependency that can never hold ends the job at once
         runs.want_pass()
-        return results
+        return jobs
 
     def _list_jobs(self, msg: p.ListJobs, now: float) -> p.JobList:
         """Jobs by id, the active ones, or (``all``) a page of the store's newest (see ListJobs)."""
+        if msg.arrays or msg.tasks:
+            named = targets.named(self.runs, msg.arrays, msg.tasks)
+            ids = msg.job_ids + tuple(job.id for _key, jobs in named for job in jobs)
+            return p.JobList(req=msg.req, jobs=tuple(self.job_infos(tuple(dict.fromkeys(ids)), now=now)))
         if not msg.all or msg.job_ids:
             return p.JobList(req=msg.req, jobs=tuple(self.job_infos(msg.job_ids, msg.all, now)))
         page = min(msg.limit or p.LIST_PAGE, p.LIST_PAGE)

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
+from storm.mm.arrays import expand_array
 from storm.mm.protocol import BoxInfo, JobInfo, RankExit
 from storm.mm.slurm_style import expand_path
 from storm.mm.states import TERMINAL_STATES, JobState
@@ -64,6 +65,13 @@ class JobSpec:
     priority: int = 0
     # `storm run`: its ranks' output is streamed to attached clients (and still written to its files).
     stream: bool = False
+    # A task of a job array (storm submit --array): every task id of the array and its %N limit, in
+    # mm/arrays.py's canonical text ("0-99%10"); "" for a job outside arrays. Each task is a job of its own
+    # with this same spec: its own id and task id are the Job's.
+    array: str = ""
+    # What must happen to other jobs before it may start (storm submit --dependency), in mm/dependency.py's
+    # canonical text; "" for none. Judged again only when a job it names starts or ends (mm/holds.py).
+    dependency: str = ""
 
     @property
     def moldable(self) -> bool:
@@ -98,6 +106,9 @@ class Job:
     suspended_by: int | None = None
     suspended_at: float | None = None
     resumed_at: float | None = None
+    # A task of an array (``spec.array``): the array's id (its first task's job id) and this task's id.
+    array_id: int | None = None
+    array_task: int | None = None
 
     @cached_property
     def nodes(self) -> tuple[str, ...]:
@@ -159,12 +170,24 @@ class Job:
             priority=spec.priority,
             suspended_by=self.suspended_by,
             warning=warning,
+            array_id=self.array_id,
+            array_task=self.array_task,
+            array=spec.array,
+            dependency=spec.dependency,
         )
 
+    def output_pattern(self, pattern: str) -> str:
+        """An output file pattern with the array's %A and %a filled in (outside an array: the job's id and
+        0, as LSF numbers a job outside arrays), the rest left for the node (%t, %N...)."""
+        if self.array_id is None:
+            return expand_array(pattern, self.id, 0)
+        return expand_array(pattern, self.array_id, self.array_task or 0)
+
     def _path(self, pattern: str) -> str:
-        return (
-            expand_path(pattern, job_id=self.id, user=self.spec.user, name=self.spec.name) if pattern else ""
-        )
+        if not pattern:
+            return ""
+        spec = self.spec
+        return expand_path(self.output_pattern(pattern), job_id=self.id, user=spec.user, name=spec.name)
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Job))

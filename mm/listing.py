@@ -55,10 +55,10 @@ def job_page(
 def _infos(runs: RunTable, found: list[Job], hang_warning: float, now: float | None) -> list[JobInfo]:
     """The jobs' records, a queued job's reason and a running one's stopped time as of ``now``. O(jobs)."""
     infos = []
-    reasons, active = runs.reasons, runs.active
+    reasons, active, held = runs.reasons, runs.active, runs.holds.reasons
     for job in found:
-        if job.state is JobState.PENDING and job.id in reasons:
-            waits = reasons[job.id]
+        if job.state is JobState.PENDING and (job.id in reasons or job.id in held):
+            waits = reasons.get(job.id) or held[job.id]  # held: Dependency, JobArrayTaskLimit
             infos.append(job.info(reason=f"{waits} ({job.reason})" if job.requeues else waits))
         elif job.id in active and now is not None:
             warning = runs.reports.hang(job, now, hang_warning)

@@ -46,6 +46,7 @@ class MemoryStore:
         self._jobs: dict[int, Job] = {}
         self._wireups: dict[int, tuple[str, tuple[int, ...]]] = {}
         self._last_id = 0
+        self._arrays: dict[int, list[int]] = {}  # array id -> its tasks' job ids, in task order
         self._barriers: dict[int, tuple[int, dict[str, str]]] = {}
         self._node_exits: dict[int, dict[str, tuple[RankExit, ...]]] = {}
         self._class_changes: dict[int, list[ClassChange]] = {}  # per job: asked for at each end under FCS
@@ -79,6 +80,22 @@ class MemoryStore:
             job = Job(id=self._last_id, spec=spec, state=JobState.PENDING, submit_time=now)
             self._jobs[job.id] = job
         return job
+
+    def add_array(self, spec: JobSpec, tasks: tuple[int, ...], now: float) -> list[Job]:
+        with self.transaction():
+            first = self._last_id + 1
+            jobs = [
+                Job(id=first + i, spec=spec, state=JobState.PENDING, submit_time=now, array_id=first,
+                    array_task=task)
+                for i, task in enumerate(tasks)
+            ]  # fmt: skip
+            self._last_id += len(jobs)
+            self._jobs.update((job.id, job) for job in jobs)
+            self._arrays[first] = [job.id for job in jobs]
+        return jobs
+
+    def array_tasks(self, array_id: int) -> list[Job]:
+        return [self._jobs[i] for i in self._arrays.get(array_id, ())]
 
     def save_job(self, job: Job) -> None:
         with self.transaction():

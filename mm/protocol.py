@@ -51,6 +51,7 @@ import dataclasses
 import functools
 from enum import StrEnum
 
+from storm.mm.arrays import ArrayError, parse_array, parse_job_ref
 from storm.mm.cached_dataclass import dataclass  # its methods compiled once and kept
 from storm.mm.codec import MAX_CLIENT_MESSAGE as MAX_CLIENT_MESSAGE
 from storm.mm.codec import MAX_NODE_MESSAGE as MAX_NODE_MESSAGE
@@ -63,6 +64,7 @@ from storm.mm.codec import message
 from storm.mm.codec import peek_req as peek_req
 from storm.mm.codec import prepare_decoding as prepare_decoding
 from storm.mm.codec import registered_ops as registered_ops
+from storm.mm.dependency import DependencyError, parse_dependency
 from storm.mm.states import ACTIVE_STATES as ACTIVE_STATES
 from storm.mm.states import TERMINAL_STATES as TERMINAL_STATES
 from storm.mm.states import JobState as JobState
@@ -280,6 +282,14 @@ class JobInfo:
     # While preemption holds its ranks stopped: the job that suspended it. Its state stays RUNNING (its ranks
     # exist; suspended time does not count against its limit); `storm queue` shows SUSPENDED.
     suspended_by: int | None = None
+    # Job arrays and dependencies (storm submit --array, --dependency): a task's array id and task id (None
+    # outside arrays), the array's task ids and %N limit ("0-99%10"), and what the job waits for
+    # ("afterok:12"; "" for nothing). `storm queue` folds an array's pending tasks into one line; --json
+    # keeps one record per task.
+    array_id: int | None = None
+    array_task: int | None = None
+    array: str = ""
+    dependency: str = ""
 
     def __post_init__(self) -> None:
         _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
@@ -484,10 +494,24 @@ class SubmitJob(Request):
     qos: str = ""
     # `storm run`: the client's token for the job's output stream ("": not streamed; see "Streamed output").
     attach: str = ""
+    # Job arrays and dependencies, in Slurm's notation (mm/arrays.py, mm/dependency.py): one job per task
+    # id of ``array`` ("0-99%10"), submitted together (one request, one commit); ``dependency``
+    # ("afterok:12:13_4") holds the job (every task) until the jobs it names have started or ended as it
+    # says. storm-mm refuses ids past [mm] max_array_size and dependencies on jobs it does not know.
+    array: str = ""
+    dependency: str = ""
 
     def __post_init__(self) -> None:
         _check(self.ranks >= 1, "ranks must be at least 1")
         _check(_token(self.attach), "attach: at most 64 letters, digits, '-' or '_'")
+        _check(len(self.array) <= 4096 and len(self.dependency) <= 65536, "array or dependency too long")
+        try:
+            if self.array:
+                parse_array(self.array)
+            if self.dependency:
+                parse_dependency(self.dependency)
+        except (ArrayError, DependencyError) as exc:
+            raise ProtocolError(str(exc)) from None
         _check(
             self.max_ranks == 0 or self.ranks <= self.max_ranks < 2**31,
             f"max_ranks must be 0 (a fixed size) or at least ranks ({self.ranks}), not {self.max_ranks}",
@@ -510,6 +534,33 @@ class SubmitJob(Request):
 @dataclass(frozen=True, kw_only=True)
 class JobSubmitted(Reply):
     job_id: int
+    # An array's tasks' job ids, in task order (``job_id``, the array's id, is the first); () for one job.
+    job_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRef:
+    """One task of a job array as users name it: ``123_7`` is task 7 of array 123 (mm/arrays.py)."""
+
+    array_id: int
+    task: int
+
+    def __post_init__(self) -> None:
+        _check(self.array_id >= 1 and self.task >= 0, "a task reference needs an array id >= 1, a task >= 0")
+
+    @classmethod
+    def parse(cls, text: str) -> tuple[int | None, tuple[TaskRef, ...]]:
+        """``123`` -> (123, ()); ``123_7`` or ``123_[1-3]`` -> (None, its tasks); ProtocolError if neither."""
+        try:
+            job_id, tasks = parse_job_ref(text)
+        except ArrayError as exc:
+            raise ProtocolError(str(exc)) from None
+        if tasks is None:
+            return job_id, ()
+        return None, tuple(cls(array_id=job_id, task=t) for t in tasks)
+
+    def __str__(self) -> str:
+        return f"{self.array_id}_{self.task}"
 
 
 @message("list_jobs")
@@ -526,6 +577,10 @@ class ListJobs(Request):
     all: bool = False
     limit: int = 0
     before: int = 0
+    # Arrays and tasks (`storm show 123`, `storm show 123_7`): every task of each array named by its id (an
+    # id that names a job outside arrays lists that job), and single tasks; listed after ``job_ids``.
+    arrays: tuple[int, ...] = ()
+    tasks: tuple[TaskRef, ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.limit >= 0 and self.before >= 0, "limit and before must be >= 0")
@@ -546,10 +601,15 @@ class JobList(Reply):
 @message("cancel_jobs")
 @dataclass(frozen=True, kw_only=True)
 class CancelJobs(Request):
+    """Cancel jobs by id. As scancel does, the id of an array (its first task's) cancels every task of it
+    that has not ended; ``tasks`` cancel single tasks (`storm cancel 123_7`). Results are keyed "123" and
+    "123_7"."""
+
     job_ids: tuple[int, ...]
+    tasks: tuple[TaskRef, ...] = ()
 
     def __post_init__(self) -> None:
-        _check(len(self.job_ids) >= 1, "no job ids given")
+        _check(len(self.job_ids) + len(self.tasks) >= 1, "no job ids given")
 
 
 @message("cancel_result")

@@ -14,14 +14,12 @@ only once the last run's nodes that are UP have stopped reporting on it (mm/requ
 ranks may still run (a partition), is not placed again until it has stopped them, and what it says of the
 last run (a launch, a failed rank, a final report) is not taken for the next, which runs on other nodes.
 
-MPI's name service lives here too (:class:`Names`), since a name lives as long as the run that published
-it: MPI_Publish_name / MPI_Lookup_name / MPI_Unpublish_name from any process of a job (PMI-1 publish_name
-and friends, relayed by its job shell and node manager) act on the names of the job's user. A name is owned
-by the job that published it until that job unpublishes it or ends; another job of the user cannot publish
-the same name meanwhile, nor unpublish it, and a lookup of a name nobody published fails at once (MPI
-never waits for a name here). The names are soft state, in memory only: a restarted storm-mm knows none (a
-lookup fails until the owner publishes again; its port is still open), which costs a running program at
-most a failed lookup, and keeps SQLite out of a rank's path.
+A queued job with a dependency that does not hold yet, or an array task past its array's ``%N``, is
+pending but out of the passes' queue: mm/holds.py keeps it, indexed by what releases it, and
+:meth:`RunTable.settle` queues what it released (or ends a job whose dependency never can hold).
+
+MPI's name service (:class:`~storm.mm.names.Names`) lives with the runs, since a name lives as long as the
+run that published it.
 
 What jobs spawned (MPI_Comm_spawn, counted as node managers report it) is kept durably in the store's meta
 table under ``spawns:<job id>``, over all of a job's runs, for ``storm show``; a spawn reported while the MM
@@ -46,10 +44,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from storm.mm.accounting import usage
+from storm.mm.arrays import task_env
 from storm.mm.config import MMConfig
 from storm.mm.effects import Effect, JobEnded, Send
+from storm.mm.holds import NEVER, Holds, array_tasks
 from storm.mm.jobs import Job, advance, outcome, requeue
 from storm.mm.matrix import Matrix, Placement
+from storm.mm.names import Names
 from storm.mm.nodes import UP, NodeRegistry
 from storm.mm.protocol import (
     FcsParameters,
@@ -100,56 +101,11 @@ class Tracking:
     spawned: set[tuple[str, int]] = field(default_factory=set)
 
 
-NAMES_PER_USER = 1024  # names one user may have published at once
-
-
 @functools.lru_cache(maxsize=1 << 16)
 def _slot(rank: int, pe: int) -> RankSlot:
     """One rank's slot, shared between launches: a record is immutable, and a launch carries one per rank
     (its check costs more than the rest of a small job's start in a simulator)."""
     return RankSlot(rank=rank, pe=pe)
-
-
-class Names:
-    """MPI's published names, per user: service -> (port, owning job). See the module's docstring."""
-
-    def __init__(self) -> None:
-        self.names: dict[tuple[int, str], tuple[str, int]] = {}  # (uid, service) -> (port, job id)
-        self.owned: dict[int, set[tuple[int, str]]] = {}  # job id -> its names
-
-    def request(
-        self, op: str, *, uid: int, user: str, job_id: int, service: str, port: str
-    ) -> tuple[str, str]:
-        """Do ``op`` (publish, lookup, unpublish) for a job of user ``uid``: (port, "") or ("", why not)."""
-        key = (uid, service)
-        held = self.names.get(key)
-        if op == "lookup":
-            if held is None:
-                return "", f"storm: no job of user {user} has published the name {service!r}"
-            return held[0], ""
-        if op == "unpublish":
-            if held is None or held[1] != job_id:
-                whose = "no job" if held is None else f"job {held[1]}, not job {job_id},"
-                return "", f"storm: {whose} has published the name {service!r}"
-            del self.names[key]
-            self.owned[job_id].discard(key)
-            return "", ""
-        if held is not None:
-            if held == (port, job_id):
-                return "", ""  # the same request again (its answer was lost): already done
-            return "", f"storm: the name {service!r} is already published by job {held[1]} of user {user}"
-        if sum(1 for u, _ in self.names if u == uid) >= NAMES_PER_USER:
-            return "", f"storm: user {user} has {NAMES_PER_USER} names published, the most storm keeps"
-        self.names[key] = (port, job_id)
-        self.owned.setdefault(job_id, set()).add(key)
-        return "", ""
-
-    def forget(self, job_id: int) -> int:
-        """The job ended: its names go with it. Returns how many."""
-        keys = self.owned.pop(job_id, set())
-        for key in keys:
-            self.names.pop(key, None)
-        return len(keys)
 
 
 def spawn_counts(raw: str | None, job_id: int) -> SpawnsView:
@@ -214,6 +170,8 @@ class RunTable:
             self.matrix, config.backfill, self.torus, subset=config.moldable == "subset"
         )
         self.rules = config.preemption_rules()  # None: preemption is off
+        # Queued jobs a pass does not see until a dependency or their array's limit lets them (mm/holds.py).
+        self.holds = Holds(self.job, store.array_tasks)
         self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
 
     def job(self, job_id: int) -> Job | None:
@@ -236,11 +194,13 @@ class RunTable:
         barriers = self.store.barriers()
         node_exits = self.store.node_exits()  # nodes that had finished their part of a running job
         wireups = self.store.wireups()
+        queued = []
         for job in self.store.jobs(active_only=True):
             if job.state is JobState.PENDING:
-                self.enqueue(job)
+                queued.append(job)  # admitted once every placed job holds its array's slot again
                 continue
             self.active[job.id] = job
+            self.holds.running(job)
             launched = set(job.nodes) if job.state is JobState.RUNNING else set()
             kvsname, hosts = wireups.get(job.id, ("", ()))
             track = self.tracking[job.id] = Tracking(
@@ -270,19 +230,45 @@ class RunTable:
             )  # fmt: skip
             if self.cycle is not None:
                 self.cycle.add(job.id, now, job.suspended_time)
+        for job in queued:
+            self.enqueue(job)
 
     def enqueue(self, job: Job) -> None:
-        """A pending job joins the end of the queue (a submission, a recovered or requeued job)."""
+        """A pending job (a submission, a recovered or requeued job) joins the end of the queue, unless a
+        dependency or its array's limit holds it (mm/holds.py): then it joins when released (see settle)."""
         self.pending[job.id] = job
+        if (job.array_id is None and not job.spec.dependency) or self.holds.admit(job):
+            self._queue(job)
+
+    def _queue(self, job: Job) -> None:
         spec = job.spec
         self.state.enqueue(
             job.id, spec.ranks, spec.time_limit, max_ranks=spec.max_ranks, priority=spec.priority
         )
 
     def withdraw(self, job_id: int) -> Job:
-        """A pending job leaves the queue without starting (a cancel); its record."""
-        self.state.withdraw(job_id)
+        """A pending job leaves the queue (or the holds) without starting (a cancel); its record."""
+        if job_id in self.state.queued:
+            self.state.withdraw(job_id)
         return self.pending.pop(job_id)
+
+    def settle(self, now: float, out: list[Effect]) -> None:
+        """What the holds released since the last call: jobs join the end of the queue (a pass is due), and
+        jobs whose dependency can never hold end CANCELLED, saying why; their own dependents are judged in
+        turn. O(what was released). Call it after any stimulus that may start or end a job."""
+        while True:
+            ready, doomed = self.holds.take()
+            if not ready and not doomed:
+                return
+            for job_id in ready:
+                job = self.pending.get(job_id)
+                if job is not None:
+                    self._queue(job)
+                    self.want_pass()
+            for job_id, why in doomed:
+                if job_id in self.pending:
+                    job = self.withdraw(job_id)
+                    self.finish(advance(job, JobState.CANCELLED, now, reason=f"{NEVER}: {why}"), out)
 
     def want_pass(self) -> None:
         """Something may let a queued job start: a pass is due. Many of these between two passes cost one,
@@ -336,6 +322,7 @@ class RunTable:
                 self.reasons[job_id] = f"{self.reasons[job_id]}; {wait}"
         for job_id, row in state.resume_free(now, usable):
             self._resumed(job_id, row, now, out)
+        self.settle(now, out)  # jobs waiting for these starts (after:ID)
 
     def _exempt(self) -> set[int]:
         """Placed jobs that may not be suspended: those starting (their ranks may not exist yet) or ending."""
@@ -404,6 +391,7 @@ class RunTable:
             self.store.save_wireup(job.id, track.kvsname, track.hosts)
         self.active[job.id] = job
         self.tracking[job.id] = track
+        self.holds.started(job)
         if self.cycle is not None:
             self.cycle.add(job.id, now)
         track.launches = self.launches(job, track)
@@ -423,14 +411,17 @@ class RunTable:
         nodes = job.nodes
         counts = tuple(len(per_node[node]) for node in nodes)
         spec = job.spec
+        env, output, error = spec.env, job.output_pattern(spec.output), job.output_pattern(spec.error)
+        if job.array_id is not None:  # the task's own STORM_ARRAY_* (its spec is the whole array's)
+            env = {**env, **task_env(job.array_id, job.array_task or 0, array_tasks(spec.array)[0])}
         launches = {}
         for index, node in enumerate(nodes):
             slots = tuple(per_node[node])
             launches[node] = LaunchJob(
                 job_id=job.id, name=spec.name, kvsname=track.kvsname, size=job.ranks, row=job.row or 0,
                 node_index=index, ranks_per_node=counts, hosts=track.hosts, slots=slots, argv=spec.argv,
-                cwd=spec.cwd, env=spec.env, uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output,
-                error=spec.error, hook=spec.hook, stream=spec.stream,
+                cwd=spec.cwd, env=env, uid=spec.uid, gid=spec.gid, user=spec.user, output=output,
+                error=error, hook=spec.hook, stream=spec.stream,
             )  # fmt: skip
         return launches
 
@@ -520,6 +511,7 @@ class RunTable:
             self.store.save_usage(job_id, usage(exits, changes, job.ranks, job.start_time, now))
             self.finish(ended, out)
         self._compact(out)
+        self.settle(now, out)  # jobs waiting for its end (afterany:ID...), or for its array slot
         self.want_pass()  # its PEs are free: what waited for them starts at the next pass, not the next tick
 
     def _requeue(self, job: Job, track: Tracking) -> None:
@@ -574,9 +566,12 @@ class RunTable:
         self.store.set_meta(key, json.dumps({name: getattr(view, name) for name in fields}))
 
     def finish(self, job: Job, out: list[Effect]) -> None:
-        """The job is in its terminal state: stored, then its waiting clients are answered."""
+        """The job is in its terminal state: stored, then its waiting clients are answered; what waits for
+        it is judged again (released by the next settle)."""
         self.store.save_job(job)
         self.streams.forget(job.id)
         out.append(JobEnded(job))
+        if job.array_id is not None or self.holds.on_job:
+            self.holds.ended(job)
         where = f" on {','.join(job.nodes)}" if job.placement else ""
         log.info("job %d %s%s%s", job.id, job.state.value, where, f": {job.reason}" if job.reason else "")

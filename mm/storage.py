@@ -47,6 +47,15 @@ class Storage(Protocol):
         """A new PENDING job with the next id (ids are never reused)."""
         ...
 
+    def add_array(self, spec: JobSpec, tasks: tuple[int, ...], now: float) -> list[Job]:
+        """A job array: one new PENDING job per task id (``tasks``: distinct, increasing), in one write, in
+        task order; each has the array's id, the first one's job id."""
+        ...
+
+    def array_tasks(self, array_id: int) -> list[Job]:
+        """Every task of the array, in task order ([] if ``array_id`` names no array)."""
+        ...
+
     def save_job(self, job: Job) -> None:
         """Everything of a job but its spec and submit time, which never change; StoreError if unknown."""
         ...

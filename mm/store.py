@@ -24,7 +24,7 @@ from storm.mm.states import ACTIVE_STATES, JobState
 from storm.mm.storage import NodeRecord, StoreError
 from storm.mm.torus import Box
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def _sql_states(states: frozenset[JobState]) -> str:
@@ -71,7 +71,20 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         " name = storm_spec(spec, 'name'), ranks = storm_spec(spec, 'ranks')",
         "CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end_time)",
     ),
+    # 8: job arrays: a task's array id (its first task's job id) and task id (NULL outside arrays), indexed
+    # for `storm show 123_7`, `storm cancel 123` and a dependency on a whole array. The array's task ids and
+    # limit and a job's dependency are in the spec (absent from older specs: none). _INDEXES makes the index.
+    7: (
+        "ALTER TABLE jobs ADD COLUMN array_id INTEGER",
+        "ALTER TABLE jobs ADD COLUMN array_task INTEGER",
+    ),
 }
+
+# Indexes on columns a migration adds: made after the migrations (the schema script runs before them, on an
+# older table without those columns).
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_array ON jobs (array_id, array_task) WHERE array_id IS NOT NULL;
+"""
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -84,6 +97,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- uid, user, name, ranks: the spec's, for storm history's filters (ranks: the size asked, a moldable job's
 -- least). cpu_user, cpu_system: its ranks' CPU seconds; time_cs, time_f, time_dc: under FCS, its ranks'
 -- seconds per class (mm/accounting.py); NULL until it ends, or not measured.
+-- array_id, array_task: a task of a job array, its array's id (the first task's job id) and its task id.
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     state TEXT NOT NULL,
@@ -112,7 +126,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     cpu_system REAL,
     time_cs REAL,
     time_f REAL,
-    time_dc REAL
+    time_dc REAL,
+    array_id INTEGER,
+    array_task INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
     WHERE state IN {_UNFINISHED};
@@ -168,7 +184,7 @@ CREATE TABLE IF NOT EXISTS node_exits (
 
 _JOB_COLUMNS = (
     "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row, ending, "
-    "suspended_time, requeues, box, suspended_by, suspended_at, resumed_at"
+    "suspended_time, requeues, box, suspended_by, suspended_at, resumed_at, array_id, array_task"
 )
 
 
@@ -203,6 +219,8 @@ def _pack_spec(spec: JobSpec) -> bytes:
             "qos": spec.qos,
             "priority": spec.priority,
             "stream": spec.stream,
+            "array": spec.array,
+            "dependency": spec.dependency,
         }
     )
     return packed
@@ -241,6 +259,8 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
         suspended_by,
         suspended_at,
         resumed_at,
+        array_id,
+        array_task,
     ) = row
     assert isinstance(spec, bytes) and isinstance(placement, bytes)
     return Job(
@@ -261,6 +281,8 @@ def _row_to_job(row: tuple[object, ...]) -> Job:
         suspended_by=None if suspended_by is None else int(suspended_by),  # type: ignore[call-overload]
         suspended_at=None if suspended_at is None else float(suspended_at),  # type: ignore[arg-type]
         resumed_at=None if resumed_at is None else float(resumed_at),  # type: ignore[arg-type]
+        array_id=None if array_id is None else int(array_id),  # type: ignore[call-overload]
+        array_task=None if array_task is None else int(array_task),  # type: ignore[call-overload]
     )
 
 
@@ -302,6 +324,7 @@ class Store:
             raise StoreError(f"{self.path}: schema version {version}, this storm-mm reads {SCHEMA_VERSION}")
         elif int(version) < SCHEMA_VERSION:
             self._migrate(int(version))
+        self._db.executescript(_INDEXES)
 
     def _migrate(self, version: int) -> None:
         """Bring an older store up to this version, all steps in one transaction (all or nothing)."""
@@ -416,6 +439,38 @@ class Store:
         job_id = cur.lastrowid
         assert job_id is not None
         return Job(id=job_id, spec=spec, state=JobState.PENDING, submit_time=now)
+
+    def add_array(self, spec: JobSpec, tasks: tuple[int, ...], now: float) -> list[Job]:
+        """One PENDING job per task id, in task order, in one transaction; the array's id is the first's.
+        The spec is packed once: every task has the same."""
+        packed, placement = _pack_spec(spec), msgpack.packb([])
+        with self._writing():
+            cur = self._db.execute(
+                "INSERT INTO jobs (state, spec, submit_time, placement, array_task) VALUES (?, ?, ?, ?, ?)",
+                (JobState.PENDING.value, packed, now, placement, tasks[0]),
+            )
+            first = cur.lastrowid
+            assert first is not None
+            self._db.execute("UPDATE jobs SET array_id = id WHERE id = ?", (first,))
+            self._db.executemany(
+                "INSERT INTO jobs (state, spec, submit_time, placement, array_id, array_task) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(JobState.PENDING.value, packed, now, placement, first, task) for task in tasks[1:]],
+            )
+            # One writer (storm-mm holds the store's lock), so the ids that follow the first are the tasks'.
+            rows = self._db.execute(
+                "SELECT id, array_task FROM jobs WHERE array_id = ? ORDER BY array_task", (first,)
+            ).fetchall()
+        pending = JobState.PENDING
+        return [
+            Job(id=int(i), spec=spec, state=pending, submit_time=now, array_id=first, array_task=int(t))
+            for i, t in rows
+        ]
+
+    def array_tasks(self, array_id: int) -> list[Job]:
+        """Every task of the array, in task order ([] if ``array_id`` names no array)."""
+        query = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_id = ? ORDER BY array_task"  # noqa: S608
+        return [_row_to_job(r) for r in self._db.execute(query, (array_id,)).fetchall()]
 
     def save_job(self, job: Job) -> None:
         with self._writing():

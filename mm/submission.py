@@ -10,6 +10,8 @@ whose ``code`` the client hears, and nothing is stored.
 - Its QOS (``storm submit --qos``) must exist in ``[mm] qos`` and be open to the caller (``[mm] qos_users``;
   root and operators may use any); its priority is the QOS's at submission.
 - A job wider than the cluster (at its least size) is refused at once, as is one whose nodes no torus holds.
+- A job array (``--array``) whose task ids go past ``[mm] max_array_size - 1`` is refused (Slurm's
+  MaxArraySize), before its ids are expanded; its spec keeps the canonical text of its ids and limit.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import posixpath
 
 from storm.mm import protocol as p
+from storm.mm.arrays import parse_array
 from storm.mm.config import DEFAULT_QOS, MMConfig
+from storm.mm.dependency import parse_dependency
 from storm.mm.jobs import JobSpec
 from storm.mm.matrix import Matrix
 from storm.mm.rights import Credentials, is_operator, run_as_problem
@@ -56,6 +60,17 @@ def job_spec(msg: p.SubmitJob, caller: Credentials, config: MMConfig) -> JobSpec
     problem = qos_problem(msg.qos, caller, config)
     if problem is not None:
         raise Rejected("bad_qos", problem)
+    array = ""
+    if msg.array:
+        parsed = parse_array(msg.array)  # the protocol checked it reads
+        if parsed.highest >= config.max_array_size:
+            raise Rejected(
+                "bad_array",
+                f"--array {msg.array}: task id {parsed.highest} is past this cluster's largest, "
+                f"{config.max_array_size - 1} ([mm] max_array_size = {config.max_array_size}, as Slurm's "
+                "MaxArraySize)",
+            )
+        array = str(parsed)
     time_limit = msg.time_limit
     if time_limit is None and config.default_time_limit > 0:
         time_limit = config.default_time_limit
@@ -77,6 +92,8 @@ def job_spec(msg: p.SubmitJob, caller: Credentials, config: MMConfig) -> JobSpec
         qos=msg.qos if msg.qos != DEFAULT_QOS else "",
         priority=config.qos_priority(msg.qos) or 0,
         stream=bool(msg.attach),
+        array=array,
+        dependency=str(parse_dependency(msg.dependency)) if msg.dependency else "",
     )
 
 

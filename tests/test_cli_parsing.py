@@ -12,7 +12,7 @@ import pytest
 
 from storm.mm import protocol as p
 from storm.mm.slurm_style import format_duration
-from storm.tools import cli
+from storm.tools import cli, cli_arrays
 from storm.tools.cli import (
     UsageError,
     check_command,
@@ -229,7 +229,8 @@ def test_storm_run_refuses_what_submit_refuses_before_contacting_the_mm(
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "the following arguments are required: COMMAND"),
         (["show"], "the following arguments are required: JOBID"),
-        (["cancel", "x"], "invalid int value: 'x'"),
+        (["cancel", "x"], "argument JOBID: 'x' is not a job id: give 123, or 123_7 for task 7 of array 123"),
+        (["show", "12_x"], "argument JOBID: '12_x': the task after '_' must be a task id (123_7)"),
         (["local", "sideways"], "invalid choice: 'sideways'"),
     ],
 )
@@ -354,3 +355,85 @@ def test_local_up_takes_mm_settings_in_toml_and_checks_them_first() -> None:
     ):
         with pytest.raises(cli.UsageError, match="^" + re.escape(error)):
             cli.mm_settings([pair])
+
+
+# ----------------------------------------------------------------------------------- arrays, dependencies
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--array", "0-x"], "--array 0-x: '0-x' is not a task id (N), a range (N-M) or a stepped range"),
+        (["--array", "5-1%2"], "--array 5-1%2: the range 5-1 ends before it starts"),
+        (["-a", "0-9%0"], "--array 0-9%0: %0 would run no task"),
+        (["--dependency", "afterok"], "--dependency afterok: afterok needs a job id (afterok:123)"),
+        (["-d", "afterok:1,after:2?afterany:3"], "use ',' (all must hold) or '?' (any one), not both"),
+        (["-d", "singleton"], "singleton, aftercorr and +time are not supported"),
+    ],
+)
+def test_submit_refuses_a_bad_array_or_dependency_before_anything(
+    options: list[str],
+    says: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    status = cli.main(["--mm", "ipc:///nonexistent", "submit", "-n", "1", *options, "--", "true"])
+    assert status == 2  # a usage error: storm-mm was never asked
+    assert says in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no output file made either
+
+
+def test_submit_sends_the_canonical_array_and_dependency() -> None:
+    args = cli.build_parser().parse_args(
+        ["submit", "-n", "1", "-a", "5-7,1-4%3", "-d", "afterok:4,afterok:5_2", "--", "x"]
+    )
+    assert cli_arrays.submit_fields(args) == {"array": "1-7%3", "dependency": "afterok:4:5_2"}
+
+
+def test_output_names_with_array_ids_are_left_to_the_tasks(tmp_path: Path) -> None:
+    for pattern in ("o-%A_%a.out", "o-%a.out"):
+        assert prepare_outputs(pattern, 1, str(tmp_path), "alice", "job") == str(tmp_path / pattern)
+    assert list(tmp_path.iterdir()) == []  # not truncated now: each task makes its own
+
+
+def info(
+    job_id: int, state: str = "PENDING", reason: str = "", task: int | None = None, **kw: object
+) -> p.JobInfo:
+    return p.JobInfo(
+        id=job_id, name="a", user="alice", uid=1000, state=state, ranks=1, nodes=(), submit_time=1.0,
+        start_time=None, end_time=None, exit_code=None, reason=reason, time_limit=None, argv=("x",), cwd="/",
+        output="", error="", array_id=None if task is None else 10, array_task=task,
+        array="" if task is None else "0-99%10",
+        **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_queue_folds_an_arrays_pending_tasks_by_reason_and_shows_running_tasks_one_per_line() -> None:
+    jobs = [
+        info(5, "RUNNING"),
+        *(info(10 + t, "RUNNING", task=t) for t in range(3)),
+        info(13, reason="Resources", task=3),
+        info(14, reason="Resources", task=4),
+        *(info(10 + t, reason="JobArrayTaskLimit", task=t) for t in range(5, 100)),
+        info(200, reason="Dependency"),
+    ]
+    lines = [(name, count) for name, _job, count in cli_arrays.folded(jobs)]
+    assert lines == [
+        ("5", 1), ("10_0", 1), ("10_1", 1), ("10_2", 1), ("10_[3-4%10]", 2), ("10_[5-99%10]", 95), ("200", 1),
+    ]  # fmt: skip
+    lone = cli_arrays.folded([info(13, reason="Resources", task=3)])
+    assert [(name, count) for name, _job, count in lone] == [("10_3", 1)]
+
+
+@pytest.mark.parametrize(
+    ("refs", "ids", "tasks"),
+    [
+        (["12", "13_4", "14_[0-2:2]"], (12,), ((13, 4), (14, 0), (14, 2))),
+        (["7"], (7,), ()),
+    ],
+)
+def test_job_references(refs: list[str], ids: tuple[int, ...], tasks: tuple[tuple[int, int], ...]) -> None:
+    got_ids, got_tasks = cli_arrays.references(refs)
+    assert got_ids == ids and [(t.array_id, t.task) for t in got_tasks] == list(tasks)

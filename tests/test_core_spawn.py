@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from storm.mm import protocol as p
+from storm.mm.names import NAMES_PER_USER
 from storm.mm.protocol import RankExit
-from storm.mm.runs import NAMES_PER_USER
 from storm.mm.store import Store
 from tests.test_core import T0, Core, S, done, make, reg, running, state, stored, take, two_nodes
 

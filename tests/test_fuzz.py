@@ -60,6 +60,7 @@ RECORDS: dict[type, Any] = {
     p.TorusView: p.TorusView(dims=(1, 1, 2), nodes=("node0", ""), jobs=(3, 0)),
     p.LaunchJob: LAUNCH,  # in shell_launch
     p.HistoryEntry: EXAMPLES["history"].jobs[0],  # type: ignore[attr-defined]
+    p.TaskRef: p.TaskRef(array_id=12, task=3),  # in cancel_jobs and list_jobs
 }
 # No '/': a fuzzed submit must never name a real directory for its output.
 ALPHABET = "abcxyz0179 _-.:=é中\u2028"

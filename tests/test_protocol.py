@@ -91,11 +91,15 @@ EXAMPLES: dict[str, p.Message] = {
         requeue=True,
         max_ranks=16,
         qos="high",
+        array="0-99%10",
+        dependency="afterok:12:13_4",
     ),
-    "job_submitted": p.JobSubmitted(req=1, job_id=77),
-    "list_jobs": p.ListJobs(req=2, job_ids=(1, 2, 2**63 - 1), all=True),
+    "job_submitted": p.JobSubmitted(req=1, job_id=77, job_ids=(77, 78, 79)),
+    "list_jobs": p.ListJobs(
+        req=2, job_ids=(1, 2, 2**63 - 1), all=True, arrays=(77,), tasks=(p.TaskRef(array_id=77, task=2),)
+    ),
     "job_list": p.JobList(req=2, jobs=(JOB_INFO, dataclasses.replace(JOB_INFO, id=13, state="FAILED"))),
-    "cancel_jobs": p.CancelJobs(req=4, job_ids=(5, 6)),
+    "cancel_jobs": p.CancelJobs(req=4, job_ids=(5, 6), tasks=(p.TaskRef(array_id=77, task=0),)),
     "cancel_result": p.CancelResult(req=4, results={"5": "cancelled", "6": "unknown job"}),
     "wait_job": p.WaitJob(req=5, job_id=9),
     "list_nodes": p.ListNodes(req=6),

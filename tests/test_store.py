@@ -337,8 +337,24 @@ def test_pmi_names_and_hosts_of_placed_jobs_survive_a_restart(db: Path, open_sto
     assert again.wireups()[starting.id] == ("storm_2_12", (0, 1, 1))
 
 
+def downgrade_to_version_7(db: Path) -> None:
+    """What storm-mm wrote before job arrays and dependencies: no array columns (nor their index), no array
+    nor dependency in specs."""
+    with closing(sqlite3.connect(db)) as other:
+        other.execute("DROP INDEX jobs_array")
+        for column in ("array_id", "array_task"):
+            other.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+        for job_id, blob in other.execute("SELECT id, spec FROM jobs").fetchall():
+            old = msgpack.unpackb(blob)
+            del old["array"], old["dependency"]
+            other.execute("UPDATE jobs SET spec = ? WHERE id = ?", (msgpack.packb(old), job_id))
+        other.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+        other.commit()
+
+
 def downgrade_to_version_6(db: Path) -> None:
     """What storm-mm wrote before accounting: no user, name, size nor usage columns, no index on end_time."""
+    downgrade_to_version_7(db)
     with closing(sqlite3.connect(db)) as other:
         other.execute("DROP INDEX jobs_end")
         for column in ACCOUNTING_COLUMNS:
@@ -351,6 +367,29 @@ ACCOUNTING_COLUMNS = (
     *("uid", "user", "name", "ranks"),
     *("cpu_user", "cpu_system", "time_cs", "time_f", "time_dc"),
 )
+
+
+def test_a_version_7_store_is_migrated_in_place_and_takes_arrays(db: Path, open_store: Opener) -> None:
+    store = open_store(db)
+    older = store.add_job(spec(2), 1.0)
+    store.close()
+    downgrade_to_version_7(db)
+    migrated = open_store(db)
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "8"
+    assert migrated.jobs() == [older]  # outside arrays, without a dependency: as the older MM ran it
+    array = dataclasses.replace(spec(1), array="0-2,7%2", dependency=f"afterok:{older.id}")
+    tasks = migrated.add_array(array, (0, 1, 2, 7), 2.0)
+    assert [(j.id, j.array_id, j.array_task) for j in tasks] == [
+        (older.id + 1 + i, older.id + 1, task) for i, task in enumerate((0, 1, 2, 7))
+    ]
+    migrated.close()
+    again = open_store(db)
+    assert again.array_tasks(older.id + 1) == tasks and again.array_tasks(older.id) == []
+    assert again.get_job(tasks[3].id) == tasks[3] and tasks[3].spec.dependency == f"afterok:{older.id}"
+    plan = again._db.execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE array_id = ? ORDER BY array_task", (tasks[0].id,)
+    ).fetchall()
+    assert "jobs_array" in str(plan)  # an array's tasks are read by the index, not by a scan
 
 
 def downgrade_to_version_5(db: Path) -> None:
@@ -374,7 +413,7 @@ def test_a_version_5_store_is_migrated_in_place_and_keeps_a_suspension(db: Path,
     store.close()
     downgrade_to_version_5(db)
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "7"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "8"
     assert migrated.jobs() == [running]  # never suspended, a fixed size, normal QOS: as the older MM ran it
     suspended = dataclasses.replace(running, suspended_by=9, suspended_at=3.5, reason="Suspended by job 9")
     migrated.save_job(suspended)
@@ -403,7 +442,7 @@ def test_a_version_4_store_is_migrated_in_place_and_a_box_is_kept(db: Path, open
     store.close()
     downgrade_to_version_4(db)
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "7"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "8"
     assert migrated.jobs() == [flat]  # placed by the older storm-mm: no box
     boxed = dataclasses.replace(flat, box=Box((3, 0, 7), (2, 4, 1)))
     migrated.save_job(boxed)
@@ -428,7 +467,7 @@ def test_a_version_3_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     store.close()
     downgrade_to_version_3(db)
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "7"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "8"
     assert migrated.wireups() == {starting.id: ("storm_1_ab", ())}  # every node a host of its own, as then
     migrated.save_wireup(starting.id, "storm_1_cd", (0, 0))
     assert migrated.wireups() == {starting.id: ("storm_1_cd", (0, 0))}
@@ -453,7 +492,7 @@ def test_a_version_2_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     downgrade_to_version_2(db)
     assert "kvsname" not in {row[1] for row in peek(db, "PRAGMA table_info(jobs)")}
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "7"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "8"
     assert migrated.jobs() == [queued, starting]
     assert migrated.wireups() == {}  # placed by the older storm-mm: its name was never kept
     migrated.save_wireup(starting.id, "storm_2_cd")
@@ -483,7 +522,7 @@ def test_a_version_1_store_is_migrated_in_place(db: Path, open_store: Opener) ->
     downgrade_to_version_1(db)
     assert peek(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
     migrated = open_store(db)
-    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "7"
+    assert migrated.get_meta("schema_version") == str(SCHEMA_VERSION) == "8"
     assert migrated.get_job(old.id) == old  # not a --requeue job, never requeued
     job = migrated.add_job(spec(2, requeue=True), 2.0)
     migrated.save_job(dataclasses.replace(job, requeues=1))

@@ -19,7 +19,7 @@ from typing import Any
 
 from storm.mm import protocol as p
 from storm.mm.slurm_style import expand_path
-from storm.tools import views
+from storm.tools import cli_arrays, views
 from storm.tools.cli_history import add_history_command
 from storm.tools.client import Client, ClientError, default_local_dir
 
@@ -90,7 +90,8 @@ def check_command(argv: list[str], env: dict[str, str], cwd: str) -> None:
 def prepare_outputs(pattern: str, ranks: int, cwd: str, user: str, name: str) -> str:
     """Make the output path absolute; truncate files whose names are known now (Slurm's open mode).
 
-    Names that depend on the job id (%j) or node (%N) are created by the job shells, in append mode.
+    Names that depend on the job id (%j), an array task (%A, %a) or the node (%N) are created by the job
+    shells, in append mode.
     """
     path = pattern if os.path.isabs(pattern) else os.path.join(cwd, pattern)
     directory = os.path.dirname(path) or "/"
@@ -100,7 +101,7 @@ def prepare_outputs(pattern: str, ranks: int, cwd: str, user: str, name: str) ->
         raise UsageError(f"output directory {directory} is not a directory")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise UsageError(f"output directory {directory} is not writable")
-    if "%j" not in path and "%N" not in path:
+    if not any(f"%{c}" in path for c in "jNAa"):
         names = {expand_path(path, job_id=0, user=user, name=name, rank=r) for r in range(ranks)}
         for file in names:
             try:
@@ -120,6 +121,7 @@ def submission(args: argparse.Namespace) -> tuple[list[str], int, dict[str, obje
     if not argv:
         raise UsageError(f"a command is required: storm {args.cmd} -n RANKS -- COMMAND [ARGS...]")
     ranks, max_ranks = parse_ranks(args.ranks)
+    extra = cli_arrays.submit_fields(args)  # before any output file is made
     cwd = os.getcwd()
     env = dict(os.environ)
     check_command(argv, env, cwd)
@@ -129,7 +131,9 @@ def submission(args: argparse.Namespace) -> tuple[list[str], int, dict[str, obje
     # Per-rank file names known now are truncated for the ranks the job will have at least.
     output = prepare_outputs(args.output or "storm-%j.out", ranks, cwd, user, name)
     error = prepare_outputs(args.error, ranks, cwd, user, name) if args.error else ""
-    fields: dict[str, object] = {"max_ranks": max_ranks} if max_ranks else {}
+    fields: dict[str, object] = dict(extra)
+    if max_ranks:
+        fields["max_ranks"] = max_ranks
     if args.qos:
         fields["qos"] = args.qos
     fields.update(
@@ -142,11 +146,13 @@ def submission(args: argparse.Namespace) -> tuple[list[str], int, dict[str, obje
 def cmd_submit(args: argparse.Namespace) -> int:
     argv, ranks, fields = submission(args)
     with Client(args.mm) as client:
-        job_id = client.submit(argv, ranks, **fields)
-        print(job_id, flush=True)
+        submitted = client.submit_job(argv, ranks, **fields)
+        print(submitted.job_id, flush=True)  # an array's id: its tasks are ID_TASK
         if not args.wait:
             return 0
-        return wait_for_job(client, job_id)
+        # An array: every task, and the highest exit status (sbatch --wait's).
+        tasks = submitted.job_ids or (submitted.job_id,)
+        return max(wait_for_job(client, job_id, cancel=submitted.job_id) for job_id in tasks)
 
 
 def run_as(uid: str | None, gid: str | None) -> dict[str, object]:
@@ -200,15 +206,17 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def wait_for_job(client: Client, job_id: int) -> int:
-    """Block until the job ends; the first Ctrl-C cancels it (as with srun), a second one stops waiting."""
+def wait_for_job(client: Client, job_id: int, cancel: int | None = None) -> int:
+    """Block until the job ends; the first Ctrl-C cancels it (``cancel``: that job, or the whole array of
+    that id, instead), as with srun; a second one stops waiting."""
     from storm.mm.jobs import WAIT_EXIT_CODES  # the MM's job model (and torus): only --wait needs it
 
     try:
         job = client.wait(job_id)
     except KeyboardInterrupt:
-        print(f"storm: cancelling job {job_id} (Ctrl-C again to stop waiting)", file=sys.stderr)
-        client.cancel((job_id,))
+        target = job_id if cancel is None else cancel
+        print(f"storm: cancelling job {target} (Ctrl-C again to stop waiting)", file=sys.stderr)
+        client.cancel((target,))
         job = client.wait(job_id)
     state = p.JobState(job.state)
     if state is p.JobState.COMPLETED:
@@ -218,14 +226,15 @@ def wait_for_job(client: Client, job_id: int) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    job_ids, tasks = cli_arrays.references(args.job_ids)
     with Client(args.mm) as client:
-        results = client.cancel(tuple(args.job_ids))
+        results = client.cancel(job_ids, tasks)
     status = 0
-    for job_id in args.job_ids:
-        result = results.get(str(job_id), "no answer")
+    for key in [str(j) for j in job_ids] + [str(t) for t in tasks]:
+        result = results.get(key, "no answer")
         ok = result in ("cancelled", "cancelling")
         status |= 0 if ok else 1
-        print(f"job {job_id}: {result}", file=sys.stdout if ok else sys.stderr)
+        print(f"job {key}: {result}", file=sys.stdout if ok else sys.stderr)
     return status
 
 
@@ -389,8 +398,10 @@ def add_job_commands(sub: Any) -> None:
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     s.set_defaults(func=cmd_submit)
     add_run_command(sub, add_submit_options)
-    c = sub.add_parser("cancel", help="cancel jobs")
-    c.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
+    c = sub.add_parser("cancel", help="cancel jobs (an array's id: every task of it; ID_TASK: one task)")
+    c.add_argument(
+        "job_ids", nargs="+", type=cli_arrays.job_ref, metavar="JOBID", help="123, 123_7, 123_[1-3]"
+    )
     c.set_defaults(func=cmd_cancel)
 
 
@@ -404,7 +415,9 @@ def add_submit_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--name", "-J", help="job name (default: the command's name)")
     s.add_argument("--time", "-t", help="time limit: minutes, M:S, H:M:S, D-H:M:S, or 30s/5m/2h/1d")
     s.add_argument(
-        "--output", "-o", help="stdout file; %%j job id, %%t rank, %%N node (default storm-%%j.out)"
+        "--output",
+        "-o",
+        help="stdout file; %%j job id, %%t rank, %%N node, %%A %%a array and task (default storm-%%j.out)",
     )
     s.add_argument("--error", "-e", help="stderr file (default: with stdout)")
     s.add_argument(
@@ -418,6 +431,7 @@ def add_submit_options(s: argparse.ArgumentParser) -> None:
         action="store_false",
         help="run the ranks without mpihook: no statistics, FCS cannot classify them, waits always poll",
     )
+    cli_arrays.add_options(s)
     s.add_argument("--uid", help="run as this user: only yourself is accepted (jobs run as their submitter)")
     s.add_argument("--gid", help="run with this group: only your own is accepted")
 
@@ -434,8 +448,10 @@ def add_view_commands(sub: Any) -> None:
     )
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=views.cmd_queue)
-    sh = sub.add_parser("show", help="show jobs in detail")
-    sh.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
+    sh = sub.add_parser("show", help="show jobs in detail (an array's id: every task of it)")
+    sh.add_argument(
+        "job_ids", nargs="+", type=cli_arrays.job_ref, metavar="JOBID", help="123, 123_7, 123_[1-3]"
+    )
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=views.cmd_show)
     n = sub.add_parser("nodes", help="list node managers")
@@ -510,7 +526,8 @@ def add_cluster_commands(sub: Any) -> None:
         "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus; "
         "scale: issue 18's figures beside its goals (heartbeat spread, 1,024 emulated node managers, "
         "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins); "
-        "history: storm history over 100,000 stored jobs, and storm-mm's answers while a big one runs"
+        "history: storm history over 100,000 stored jobs, and storm-mm's answers while a big one runs; "
+        "arrays: submitting an array, a pass with held tasks, releasing dependents (in memory, no cluster)"
     )
     which = (
         "launch",
@@ -527,6 +544,7 @@ def add_cluster_commands(sub: Any) -> None:
         "torus",
         "scale",
         "history",
+        "arrays",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
@@ -563,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status: int = args.func(args)
-    except (UsageError, p.ProtocolError) as exc:
+    except (UsageError, cli_arrays.UsageError, p.ProtocolError) as exc:
         print(f"storm {args.cmd}: {exc}", file=sys.stderr)
         return 2
     except ClientError as exc:

@@ -53,9 +53,11 @@ def add_run_command(sub: Any, add_submit_options: Callable[[argparse.ArgumentPar
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from storm.tools.cli import submission
+    from storm.tools.cli import UsageError, submission
     from storm.tools.client import Client
 
+    if args.array:  # one job's output on one terminal; srun has no --array either
+        raise UsageError("storm run runs one job: submit an array with storm submit --array")
     argv, ranks, fields = submission(args)
     token = secrets.token_hex(8)
     with Client(args.mm) as client:

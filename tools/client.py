@@ -269,6 +269,11 @@ class Client:
     # -- conveniences
 
     def submit(self, argv: list[str], ranks: int, **options: object) -> int:
+        """Submit a job; its id (an array's: see submit_job for its tasks')."""
+        return self.submit_job(argv, ranks, **options).job_id
+
+    def submit_job(self, argv: list[str], ranks: int, **options: object) -> p.JobSubmitted:
+        """Submit a job, or an array (``array="0-9%2"``): the reply, which names an array's tasks."""
         request = p.SubmitJob(
             ranks=ranks,
             argv=tuple(argv),
@@ -276,7 +281,7 @@ class Client:
             env=dict(options.pop("env", os.environ)),  # type: ignore[call-overload]
             **options,  # type: ignore[arg-type]
         )
-        return self.call(request, p.JobSubmitted).job_id
+        return self.call(request, p.JobSubmitted)
 
     def jobs(self, job_ids: tuple[int, ...] = (), everything: bool = False, last: int = 0) -> list[p.JobInfo]:
         """Jobs by id, else the active ones; with ``everything`` the finished ones too: the newest ``last``
@@ -303,8 +308,14 @@ class Client:
         """Block until the job ends (timeout 0: forever)."""
         return self.call(p.WaitJob(job_id=job_id), p.JobList, timeout=timeout).jobs[0]
 
-    def cancel(self, job_ids: tuple[int, ...]) -> dict[str, str]:
-        return dict(self.call(p.CancelJobs(job_ids=job_ids), p.CancelResult).results)
+    def cancel(self, job_ids: tuple[int, ...], tasks: tuple[p.TaskRef, ...] = ()) -> dict[str, str]:
+        """Cancel jobs (an array's id: every task of it) and tasks; the result for each, keyed as given
+        ("123", "123_7")."""
+        return dict(self.call(p.CancelJobs(job_ids=job_ids, tasks=tasks), p.CancelResult).results)
+
+    def named(self, job_ids: tuple[int, ...], tasks: tuple[p.TaskRef, ...] = ()) -> list[p.JobInfo]:
+        """Jobs as users name them: an array's id lists every task of it, a task its one job."""
+        return list(self.call(p.ListJobs(arrays=job_ids, tasks=tasks), p.JobList).jobs)
 
     def nodes(self) -> list[p.NodeInfo]:
         return list(self.call(p.ListNodes(), p.NodeList).nodes)

@@ -15,6 +15,7 @@ from typing import Any
 
 from storm.mm import protocol as p
 from storm.mm.slurm_style import format_duration
+from storm.tools import cli_arrays
 from storm.tools.client import Client
 
 
@@ -65,13 +66,14 @@ def cmd_queue(args: argparse.Namespace) -> int:
         print(json.dumps([as_json(j) for j in jobs], indent=1))
         return 0
     now = time.time()
+    # An array's pending tasks are one line (123_[5-99%10]); --json above keeps one record per task.
     rows = [
         (
-            j.id, j.name[:20], j.user, state_text(j), ranks_text(j), format_duration(elapsed(j, now)),
+            name, j.name[:20], j.user, state_text(j), ranks_text(j), format_duration(elapsed(j, now)),
             format_duration(j.time_limit), ",".join(j.nodes) or "-",
             "-" if j.exit_code is None else j.exit_code, j.reason or "-",
         )
-        for j in jobs
+        for name, j, _count in cli_arrays.folded(jobs)
     ]  # fmt: skip
     headers = ("JOBID", "NAME", "USER", "STATE", "RANKS", "TIME", "LIMIT", "NODES", "EXIT", "REASON")
     print(table(headers, rows))
@@ -87,18 +89,21 @@ def spawned(view: p.SpawnsView) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    job_ids, tasks = cli_arrays.references(args.job_ids)
     with Client(args.mm) as client:
-        jobs = client.jobs(tuple(args.job_ids))
+        jobs = client.named(job_ids, tasks)
         spawns = {j.id: client.call(p.GetSpawns(job_id=j.id), p.SpawnsView) for j in jobs}
-    missing = sorted(set(args.job_ids) - {j.id for j in jobs})
-    for job_id in missing:
-        print(f"storm: no job {job_id}", file=sys.stderr)
+    found = {str(j.id) for j in jobs} | {str(j.array_id) for j in jobs} | set(map(cli_arrays.job_name, jobs))
+    missing = [ref for ref in [*map(str, job_ids), *map(str, tasks)] if ref not in found]
+    for ref in missing:
+        print(f"storm: no job {ref}", file=sys.stderr)
     if args.json:
         counts = {
             j.id: {k: v for k, v in as_json(spawns[j.id]).items() if k not in ("req", "job_id")} for j in jobs
         }
         shown = [{**as_json(j), "spawns": counts[j.id]} for j in jobs]
-        print(json.dumps(shown if len(args.job_ids) > 1 else shown[0] if shown else None, indent=1))
+        listed = len(args.job_ids) > 1 or len(jobs) > 1  # an array's id lists its tasks
+        print(json.dumps(shown if listed else shown[0] if shown else None, indent=1))
     else:
         now = time.time()
         for job in jobs:
@@ -119,6 +124,11 @@ def cmd_show(args: argparse.Namespace) -> int:
                 ("EndTime", format_clock(job.end_time)), ("Command", " ".join(job.argv)),
                 ("WorkDir", job.cwd), ("StdOut", job.output), ("StdErr", job.error or job.output),
             ]  # fmt: skip
+            if job.dependency:
+                fields.insert(5, ("Dependency", job.dependency))
+            if job.array_id is not None:
+                fields[1:1] = [("ArrayJobId", job.array_id), ("ArrayTaskId", job.array_task)]
+                fields.insert(3, ("ArrayTasks", job.array))
             if job.warning:
                 fields.insert(5, ("Warning", job.warning))
             if job.suspended_by is not None:
