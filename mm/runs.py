@@ -71,6 +71,7 @@ from storm.mm.slots import GangCycle
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
 from storm.mm.suspension import Suspended
+from storm.mm.tally import Tally
 from storm.mm.torus_state import TorusState
 
 log = logging.getLogger("storm.mm")
@@ -211,6 +212,7 @@ class RunTable:
         )
         self.rules = config.preemption_rules()  # None: preemption is off
         self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
+        self.tally = Tally()  # runs started, ended and requeued, for the metrics (mm/metrics.py)
 
     def job(self, job_id: int) -> Job | None:
         """A job wherever it is: queued, placed, or (ended) in the store."""
@@ -400,6 +402,7 @@ class RunTable:
             self.store.save_wireup(job.id, track.kvsname, track.hosts)
         self.active[job.id] = job
         self.tracking[job.id] = track
+        self.tally.started += 1
         if self.cycle is not None:
             self.cycle.add(job.id, now)
         track.launches = self.launches(job, track)
@@ -522,6 +525,7 @@ class RunTable:
         job = requeue(job, f"requeued {job.requeues + 1}/{self.config.max_requeues} after {job.reason}")
         self.store.save_job(job)
         self.enqueue(job)
+        self.tally.requeued += 1
         up = {n.name for n in self.registry.all() if n.state == UP and n.confirmed}
         self.echoes.add(job.id, up.intersection(last_run))
         # An UP node that never confirmed its ranks gone may still run them under this id: it takes no job
@@ -570,6 +574,7 @@ class RunTable:
     def finish(self, job: Job, out: list[Effect]) -> None:
         """The job is in its terminal state: stored, then its waiting clients are answered."""
         self.store.save_job(job)
+        self.tally.end(job.state)
         out.append(JobEnded(job))
         where = f" on {','.join(job.nodes)}" if job.placement else ""
         log.info("job %d %s%s%s", job.id, job.state.value, where, f": {job.reason}" if job.reason else "")
