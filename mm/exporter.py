@@ -1,13 +1,13 @@
 """storm-mm's Prometheus endpoint ([mm] metrics_endpoint): GET /metrics over HTTP, served by the MM's own
 event loop.
 
-Each scrape is rendered by prometheus_client (``generate_latest``, the standard text format) from a custom
-collector that takes a snapshot of the Controller's state (mm/metrics.py) while the loop runs nothing else,
-so a scrape sees the state between two stimuli, as ``storm queue`` does, and never races with the core: no
-thread reads it. The rendering is small (a few dozen series whatever the size of the cluster: counts by
-state, reason and class, and histograms in fixed buckets, not a series per node or per job) and the HTTP
-side is asyncio's, so a slow or stuck client costs a socket, not the loop: its request must come within
-REQUEST_TIMEOUT, and at most MAX_CLIENTS are served at once.
+Each scrape is rendered by prometheus_client (in the text format or OpenMetrics, as the scraper asks) from
+a custom collector that takes a snapshot of the Controller's state (mm/metrics.py) while the loop runs
+nothing else, so a scrape sees the state between two stimuli, as ``storm queue`` does, and never races with
+the core: no thread reads it. The rendering is small (a few dozen series whatever the size of the
+cluster: counts by state, reason and class, and histograms in fixed buckets, not a series per node or per
+job) and the HTTP side is asyncio's, so a slow or stuck client costs a socket, not the loop: its request
+must come within REQUEST_TIMEOUT, and at most MAX_CLIENTS are served at once.
 
 Every metric is documented in the README ("Metrics"); tools/grafana/storm-dashboard.json draws them.
 """
@@ -20,8 +20,8 @@ import logging
 from collections.abc import Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -170,7 +170,7 @@ class MetricsServer:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.server: asyncio.Server | None = None
-        self.clients = 0
+        self.clients: set[asyncio.StreamWriter] = set()  # connections being served
         self.scrapes = 0
 
     async def start(self, endpoint: str) -> str:
@@ -187,13 +187,15 @@ class MetricsServer:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
+            for writer in self.clients:
+                writer.close()
             await self.server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.clients >= MAX_CLIENTS:
+        if len(self.clients) >= MAX_CLIENTS:
             writer.close()
             return
-        self.clients += 1
+        self.clients.add(writer)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
             writer.write(self.answer(head))
@@ -201,14 +203,15 @@ class MetricsServer:
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass  # a client that went away, or never said what it wanted: nothing to answer
         finally:
-            self.clients -= 1
+            self.clients.discard(writer)
             writer.close()
             with contextlib.suppress(ConnectionError, TimeoutError):
                 await asyncio.wait_for(writer.wait_closed(), REQUEST_TIMEOUT)
 
     def answer(self, head: bytes) -> bytes:
         """The whole HTTP response to a request's line and headers."""
-        parts = head.split(b"\r\n", 1)[0].split(b" ")
+        line, *headers = head.split(b"\r\n")
+        parts = line.split(b" ")
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
             return _response(400, b"storm-mm: not an HTTP request\n")
         method, target = parts[0], parts[1].split(b"?", 1)[0]
@@ -218,13 +221,19 @@ class MetricsServer:
             return _response(405, b"storm-mm: only GET and HEAD\n", extra=b"Allow: GET, HEAD\r\n")
         if target == b"/":
             return _response(200, b"storm-mm: the metrics are at /metrics\n", head_only=method == b"HEAD")
+        # The format the scraper asks for, as prometheus_client decides it: Prometheus's text format by
+        # default, OpenMetrics when Prometheus offers it.
+        accept = b",".join(
+            v for k, _, v in (h.partition(b":") for h in headers) if k.strip().lower() == b"accept"
+        )
+        encode, content_type = choose_encoder(accept.decode("latin-1"))
         try:
-            body = generate_latest(self.registry)
+            body = encode(self.registry)
         except Exception:  # a bug in a collector must cost a scrape, not the daemon
             log.exception("could not render the metrics")
             return _response(500, b"storm-mm: could not render the metrics (see its log)\n")
         self.scrapes += 1
-        return _response(200, body, CONTENT_TYPE_LATEST.encode(), head_only=method == b"HEAD")
+        return _response(200, body, content_type.encode(), head_only=method == b"HEAD")
 
 
 _REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed", 500: b"Error"}

@@ -123,6 +123,12 @@ EXAMPLES: dict[str, p.Message] = {
         switch_p50_ms=0.5,
         switch_p99_ms=2.5,
         suspended=(1,),
+        timings=p.SwitchTimings(
+            delivery=p.Distribution(counts=(0, 0, 3, 9) + (0,) * 10 + (1,), total=0.0125),
+            lateness=p.Distribution(counts=(12,) + (0,) * 14, total=0.0001),
+            late=1,
+            skewed=2,
+        ),
     ),
     "heartbeat": p.Heartbeat(epoch="m", seq=41, row=1, sent=1700000000.25, slice=0.1, resets=(3, 4)),
     "job_rows": p.JobRows(rows={"3": 0, "4": 1}),
@@ -319,6 +325,27 @@ def test_wrong_types_in_other_messages() -> None:
     assert isinstance(msg, p.KillJob) and msg.job_id == -(2**63)
     assert "kill_job.job_id: integer out of range" in rejected(
         {"op": "kill_job", "job_id": 2**64 - 1, "reason": ""}
+    )
+
+
+@pytest.mark.parametrize(
+    ("timings", "expected"),
+    [
+        ({"delivery": {"counts": [1, -1]}}, "bucket counts must be >= 0"),
+        ({"delivery": {"counts": [1] * 65}}, "at most 64 bucket counts"),
+        ({"lateness": {"counts": [1], "total": -0.5}}, "total must be >= 0"),
+        ({"duration": {"counts": [1], "total": math.inf}}, "duration.total: not a finite number"),
+        ({"late": -1}, "late and skewed must be >= 0"),
+        ({"delivery": [1, 2]}, "delivery: expected a map, got list"),
+    ],
+)
+def test_a_nodes_timings_are_checked_like_the_rest_of_its_report(
+    timings: dict[str, Any], expected: str
+) -> None:
+    body = msgpack.unpackb(p.encode(EXAMPLES["node_status"]), raw=False)
+    assert expected in rejected({**body, "timings": timings})
+    assert p.decode(pack({**body, "timings": None})) == dataclasses.replace(
+        EXAMPLES["node_status"], timings=None
     )
 
 
