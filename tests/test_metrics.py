@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -360,3 +362,47 @@ def test_the_server_answers_metrics_and_refuses_the_rest_without_stalling(
             await server.close()
 
     asyncio.run(main())
+
+
+# ------------------------------------------------------------------------------------------- the dashboard
+
+DASHBOARD = Path(__file__).parent.parent / "tools" / "grafana" / "storm-dashboard.json"
+
+
+def test_the_dashboard_is_a_grafana_model_on_a_prometheus_datasource_variable_and_draws_every_metric(
+    store: Store,
+) -> None:
+    """What Grafana's import needs (a real scrape has every metric it queries: test_cluster_metrics.py)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["schemaVersion"] >= 36 and dashboard["uid"] and dashboard["title"] == "storm"
+    assert dashboard["id"] is None  # Grafana gives an imported dashboard its own
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert (variables["datasource"]["type"], variables["datasource"]["query"]) == ("datasource", "prometheus")
+    source = {"type": "prometheus", "uid": "${datasource}"}
+    assert variables["instance"]["datasource"] == source
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    exprs = []
+    for panel in panels:
+        box = panel["gridPos"]
+        assert box["x"] >= 0 and box["x"] + box["w"] <= 24 and box["h"] > 0
+        mine = {
+            (x, y) for x in range(box["x"], box["x"] + box["w"]) for y in range(box["y"], box["y"] + box["h"])
+        }
+        assert not cells & mine, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        if panel["type"] == "row":
+            continue
+        assert (
+            panel["type"] in ("timeseries", "stat") and panel["datasource"] == source and panel["description"]
+        )
+        assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"]) > 0
+        for t in panel["targets"]:
+            assert t["datasource"] == source and 'instance=~"$instance"' in t["expr"]
+            exprs.append(t["expr"])
+    drawn = {name for expr in exprs for name in re.findall(r"\bstorm_[a-z0-9_]+", expr)}
+    drawn = {re.sub(r"_(bucket|sum|count|total)$", "", name) for name in drawn}
+    exported = {f.name for f in exporter.families(snapshot(two_nodes(store)), Histogram(PASS_BOUNDS), "0")}
+    assert exported - drawn == {"storm_mm_info"}  # the instance variable's query uses it
+    assert "storm_mm_info" in variables["instance"]["query"]["query"]

@@ -342,6 +342,8 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     )
     if directory != default_local_dir():
         print(f"  point the CLI at it with: export STORM_LOCAL_DIR={directory}")
+    if cluster.metrics_endpoint:
+        print(f"  Prometheus metrics: http://{cluster.metrics_endpoint}/metrics")
     print("  try: storm submit -n 2 --wait -- python -m storm.tools.apps.hello")
     if args.detach:
         return 0
