@@ -9,10 +9,11 @@ counted here but read from the Controller's state when a scrape asks (mm/metrics
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from storm.mm.protocol import TIMING_BOUNDS, Distribution, SwitchTimings
+from storm.mm.protocol import TIMING_BOUNDS, SwitchTimings
 from storm.mm.states import TERMINAL_STATES, JobState
 
 # Scheduling passes: a few hundred microseconds for a short queue, tens of milliseconds for 10,000 queued
@@ -39,8 +40,7 @@ class Histogram:
 
     def add(self, counts: Sequence[int], total: float) -> None:
         """Observations counted elsewhere in the same buckets."""
-        for i, n in enumerate(counts):
-            self.counts[i] += n
+        self.counts = list(map(operator.add, self.counts, counts))
         self.total += total
 
     @property
@@ -56,11 +56,11 @@ class Histogram:
             out.append((bound, running))
         return out
 
-    def distribution(self) -> Distribution:
-        """As a node reports it (() when nothing was observed)."""
+    def distribution(self) -> tuple[tuple[int, ...], float]:
+        """(counts, sum) as a node reports them: ((), 0.0) when nothing was observed."""
         if not any(self.counts):
-            return Distribution()
-        return Distribution(counts=tuple(self.counts), total=self.total)
+            return (), 0.0
+        return tuple(self.counts), self.total
 
 
 @dataclass
@@ -106,34 +106,47 @@ class TimingTotals:
         if timings is None:
             return
         seen = self._seen.get(node)
-        before = seen.timings if seen is not None and seen.nm_epoch == nm_epoch else SwitchTimings()
-        totals = (self.delivery, self.lateness, self.duration)
-        now = (timings.delivery, timings.lateness, timings.duration)
-        then = (before.delivery, before.lateness, before.duration)
-        if (
-            any(_shrank(a, b) for a, b in zip(now, then, strict=True))
-            or timings.late < before.late
-            or timings.skewed < before.skewed
+        before = seen.timings if seen is not None and seen.nm_epoch == nm_epoch else _NOTHING
+        if timings == before:
+            return  # nothing happened since (a compare in C)
+        grown = _grown(timings, before)
+        if grown is None:  # some count went down: not the counts this MM saw grow, a fresh start
+            before = _NOTHING
+            grown = _grown(timings, before)
+            assert grown is not None
+        self.refused += sum(1 for counts, _ in timings.distributions() if counts and len(counts) != _BUCKETS)
+        for histogram, (counts, total) in zip(
+            (self.delivery, self.lateness, self.duration), grown, strict=True
         ):
-            before = SwitchTimings()  # not the counts this MM saw grow: a fresh start
-            then = (before.delivery, before.lateness, before.duration)
-        for histogram, new, old in zip(totals, now, then, strict=True):
-            if not new.counts:
-                continue
-            if len(new.counts) != len(histogram.counts):
-                self.refused += 1
-                continue
-            grown = [a - b for a, b in zip(new.counts, old.counts or (0,) * len(new.counts), strict=True)]
-            histogram.add(grown, max(0.0, new.total - old.total))
+            if counts:
+                histogram.add(counts, total)
         self.late += timings.late - before.late
         self.skewed += timings.skewed - before.skewed
         self._seen[node] = _Seen(nm_epoch, timings)
 
 
-def _shrank(now: Distribution, then: Distribution) -> bool:
-    """Whether a distribution has fewer observations in some bucket than before (or other buckets)."""
-    if not then.counts:
-        return False
-    if len(now.counts) != len(then.counts):
-        return True
-    return any(a < b for a, b in zip(now.counts, then.counts, strict=True))
+_NOTHING = SwitchTimings()
+_BUCKETS = len(TIMING_BOUNDS) + 1
+
+
+def _grown(now: SwitchTimings, then: SwitchTimings) -> list[tuple[list[int], float]] | None:
+    """Each distribution's growth since ``then`` (nothing for one in other buckets than this MM's), or None
+    if any count went down. In C-level maps: a thousand nodes report."""
+    if now.late < then.late or now.skewed < then.skewed:
+        return None
+    out: list[tuple[list[int], float]] = []
+    for (new, new_sum), (old, old_sum) in zip(now.distributions(), then.distributions(), strict=True):
+        if not new or len(new) != _BUCKETS:
+            if old and not new:
+                return None
+            out.append(([], 0.0))
+        elif not old:
+            out.append((list(new), new_sum))
+        elif len(old) != len(new):
+            return None
+        else:
+            grown = list(map(operator.sub, new, old))
+            if min(grown) < 0:
+                return None
+            out.append((grown, max(0.0, new_sum - old_sum)))
+    return out

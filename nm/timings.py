@@ -43,10 +43,12 @@ class Timings:
         late, skewed = late - self.late_base, skewed - self.skewed_base
         if not (self.delivery.count or self.duration.count or late or skewed):  # (lateness: delivery too)
             return None
-        return SwitchTimings(
-            delivery=self.delivery.distribution(),
-            lateness=self.lateness.distribution(),
-            duration=self.duration.distribution(),
-            late=late,
-            skewed=skewed,
+        (delivery, delivery_sum), (lateness, lateness_sum), (duration, duration_sum) = (
+            self.delivery.distribution(),
+            self.lateness.distribution(),
+            self.duration.distribution(),
         )
+        return SwitchTimings(
+            delivery=delivery, delivery_sum=delivery_sum, lateness=lateness, lateness_sum=lateness_sum,
+            duration=duration, duration_sum=duration_sum, late=late, skewed=skewed,
+        )  # fmt: skip

@@ -20,7 +20,7 @@ from storm.mm import exporter
 from storm.mm import protocol as p
 from storm.mm.exporter import MetricsServer, registry_for
 from storm.mm.metrics import reason_code, snapshot
-from storm.mm.protocol import TIMING_BOUNDS, Distribution, SwitchTimings
+from storm.mm.protocol import TIMING_BOUNDS, SwitchTimings
 from storm.mm.store import Store
 from storm.mm.tally import PASS_BOUNDS, Histogram, TimingTotals
 from tests.test_core import T0, Core, done, launched, make, reg, status, submit, take, two_nodes
@@ -51,41 +51,43 @@ def test_a_value_on_a_bound_is_in_that_bucket_and_a_negative_one_counts_as_zero(
         Histogram((1.0, 0.5))
 
 
-def dist(*pairs: tuple[int, int], total: float = 0.0) -> Distribution:
-    """A distribution with counts[i] = n for each (i, n)."""
+def dist(*pairs: tuple[int, int]) -> tuple[int, ...]:
+    """Bucket counts with counts[i] = n for each (i, n)."""
     counts = [0] * BUCKETS
     for i, n in pairs:
         counts[i] = n
-    return Distribution(counts=tuple(counts), total=total)
+    return tuple(counts)
 
 
 def test_the_mm_adds_what_each_node_counted_since_its_last_report_once() -> None:
     totals = TimingTotals()
-    duration = dist((2, 1), total=0.0002)
-    first = SwitchTimings(delivery=dist((4, 3), total=0.003), duration=duration, late=1)
+    duration = dist((2, 1))
+    first = SwitchTimings(delivery=dist((4, 3)), delivery_sum=0.003, duration=duration, late=1)
     totals.report("n1", "e1", first)
     totals.report("n1", "e1", first)  # the same again (nothing happened since): nothing added
-    totals.report("n2", "e7", SwitchTimings(delivery=dist((4, 1), total=0.001)))
+    totals.report("n2", "e7", SwitchTimings(delivery=dist((4, 1)), delivery_sum=0.001))
     assert totals.delivery.counts[4] == 4 and totals.duration.count == 1 and totals.late == 1
     # n1's next report is lost on the way; the one after carries everything since, added once.
     totals.report(
-        "n1", "e1", SwitchTimings(delivery=dist((4, 6), (9, 1), total=0.061), duration=duration, late=3)
+        "n1",
+        "e1",
+        SwitchTimings(delivery=dist((4, 6), (9, 1)), delivery_sum=0.061, duration=duration, late=3),
     )
     assert totals.delivery.counts[4] == 7 and totals.delivery.counts[9] == 1 and totals.delivery.count == 8
     assert totals.delivery.total == pytest.approx(0.061 + 0.001) and totals.late == 3
     assert totals.duration.count == 1
     # Its node manager restarted (another epoch): it counts from zero, all of it new.
-    totals.report("n1", "e2", SwitchTimings(delivery=dist((4, 2), total=0.002)))
+    totals.report("n1", "e2", SwitchTimings(delivery=dist((4, 2)), delivery_sum=0.002))
     assert totals.delivery.counts[4] == 9 and totals.delivery.count == 10 and totals.late == 3
     totals.report("n1", "e2", None)  # nothing measured: nothing changes
     # Counts that went down are not what this MM saw grow: taken as a fresh start rather than subtracted.
-    totals.report("n1", "e2", SwitchTimings(delivery=dist((4, 1), total=0.001), skewed=1))
+    totals.report("n1", "e2", SwitchTimings(delivery=dist((4, 1)), delivery_sum=0.001, skewed=1))
     assert totals.delivery.counts[4] == 10 and totals.skewed == 1 and totals.refused == 0
 
 
 def test_a_distribution_in_other_buckets_is_left_out_and_counted() -> None:
     totals = TimingTotals()
-    totals.report("n1", "e1", SwitchTimings(delivery=Distribution(counts=(1, 2, 3), total=1.0), late=2))
+    totals.report("n1", "e1", SwitchTimings(delivery=(1, 2, 3), delivery_sum=1.0, late=2))
     assert totals.delivery.count == 0 and totals.refused == 1 and totals.late == 2
 
 
@@ -118,12 +120,12 @@ def test_a_node_counts_delivery_lateness_and_switches_from_its_registration_with
     timings = report.timings
     assert timings is not None and (timings.late, timings.skewed) == (1, 0)
     bucket = TIMING_BOUNDS.index
-    assert timings.delivery.counts[bucket(5e-3)] == 1 and timings.delivery.counts[bucket(0.1)] == 2
-    assert timings.delivery.total == pytest.approx(0.003 + 0.06 + 0.07)
-    assert timings.lateness.counts[bucket(5e-4)] == 1 and timings.lateness.counts[bucket(0.05)] == 1
-    assert sum(timings.lateness.counts) == 2
-    assert timings.duration.counts[bucket(1e-3)] == 1 and timings.duration.counts[bucket(2.5e-3)] == 1
-    assert sum(timings.duration.counts) == 2
+    assert timings.delivery[bucket(5e-3)] == 1 and timings.delivery[bucket(0.1)] == 2
+    assert timings.delivery_sum == pytest.approx(0.003 + 0.06 + 0.07)
+    assert timings.lateness[bucket(5e-4)] == 1 and timings.lateness[bucket(0.05)] == 1
+    assert sum(timings.lateness) == 2
+    assert timings.duration[bucket(1e-3)] == 1 and timings.duration[bucket(2.5e-3)] == 1
+    assert sum(timings.duration) == 2
     # Registering again with the same MM keeps counting; with a new MM, from zero.
     node.from_mm(registered("gang"), T0 + 1)
     kept = node.reports()[0]
@@ -237,7 +239,7 @@ def _rank(job_id: int, rank: int) -> p.RankStats:
 
 def test_node_timings_count_only_from_nodes_the_mm_takes_reports_from(store: Store) -> None:
     ctl = two_nodes(store)
-    timings = SwitchTimings(delivery=dist((3, 5), total=0.001), late=2)
+    timings = SwitchTimings(delivery=dist((3, 5)), delivery_sum=0.001, late=2)
     refused = p.NodeStatus(node="n9", nm_epoch="x", mm_epoch=ctl.mm_epoch, timings=timings)
     assert isinstance(ctl.node_status(refused, T0 + 1), p.Reregister)
     taken = p.NodeStatus(node="n1", nm_epoch="n1-e1", mm_epoch=ctl.mm_epoch, timings=timings)
@@ -270,7 +272,7 @@ def test_a_scrape_renders_the_snapshot_with_prometheus_names(store: Store) -> No
     ctl.node_status(
         p.NodeStatus(
             node="n1", nm_epoch="n1-e1", mm_epoch=ctl.mm_epoch,
-            timings=SwitchTimings(lateness=dist((0, 3), (14, 1), total=2.5), skewed=1),
+            timings=SwitchTimings(lateness=dist((0, 3), (14, 1)), lateness_sum=2.5, skewed=1),
         ),
         T0 + 1,
     )  # fmt: skip

@@ -124,8 +124,10 @@ EXAMPLES: dict[str, p.Message] = {
         switch_p99_ms=2.5,
         suspended=(1,),
         timings=p.SwitchTimings(
-            delivery=p.Distribution(counts=(0, 0, 3, 9) + (0,) * 10 + (1,), total=0.0125),
-            lateness=p.Distribution(counts=(12,) + (0,) * 14, total=0.0001),
+            delivery=(0, 0, 3, 9) + (0,) * 10 + (1,),
+            delivery_sum=0.0125,
+            lateness=(12,) + (0,) * 14,
+            lateness_sum=0.0001,
             late=1,
             skewed=2,
         ),
@@ -331,17 +333,18 @@ def test_wrong_types_in_other_messages() -> None:
 @pytest.mark.parametrize(
     ("timings", "expected"),
     [
-        ({"delivery": {"counts": [1, -1]}}, "bucket counts must be >= 0"),
-        ({"delivery": {"counts": [1] * 65}}, "at most 64 bucket counts"),
-        ({"lateness": {"counts": [1], "total": -0.5}}, "total must be >= 0"),
-        ({"duration": {"counts": [1], "total": math.inf}}, "duration.total: not a finite number"),
-        ({"late": -1}, "late and skewed must be >= 0"),
-        ({"delivery": [1, 2]}, "delivery: expected a map, got list"),
+        ({"delivery": [1, -1]}, "bucket counts must be >= 0"),
+        ({"duration": [1] * 65}, "at most 64 bucket counts"),
+        ({"lateness": [1], "lateness_sum": -0.5}, "sums, late and skewed must be >= 0"),
+        ({"duration_sum": math.inf}, "timings.duration_sum: not a finite number"),
+        ({"late": -1}, "sums, late and skewed must be >= 0"),
+        ({"delivery": [1, True]}, "timings.delivery[1]: expected an integer, got bool"),
+        ({"delivery": [1, 2**63]}, "timings.delivery[1]: integer out of range"),  # past the C-level scan
+        ({"delivery": {"counts": [1]}}, "timings.delivery: expected a list, got dict"),
+        ([1, 2], "timings: expected a map, got list"),
     ],
 )
-def test_a_nodes_timings_are_checked_like_the_rest_of_its_report(
-    timings: dict[str, Any], expected: str
-) -> None:
+def test_a_nodes_timings_are_checked_like_the_rest_of_its_report(timings: Any, expected: str) -> None:
     body = msgpack.unpackb(p.encode(EXAMPLES["node_status"]), raw=False)
     assert expected in rejected({**body, "timings": timings})
     assert p.decode(pack({**body, "timings": None})) == dataclasses.replace(

@@ -494,7 +494,8 @@ def add_cluster_commands(sub: Any) -> None:
         "sim: simulated jobs per second of storm sim per trace and policy (in memory, no cluster); "
         "torus: the largest free partition (POP, brute force, the bitmask table) and a pass on a torus; "
         "scale: issue 18's figures beside its goals (heartbeat spread, 1,024 emulated node managers, "
-        "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins)"
+        "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins); "
+        "metrics: what a scrape and the nodes' timings cost storm-mm (in memory, no cluster)"
     )
     which = (
         "launch",
@@ -510,6 +511,7 @@ def add_cluster_commands(sub: Any) -> None:
         "sim",
         "torus",
         "scale",
+        "metrics",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
