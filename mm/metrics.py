@@ -5,7 +5,8 @@ Prometheus.
 A snapshot is taken on the event loop, between two stimuli, like the answer to ``storm queue`` or ``storm
 nodes``: it agrees with them at the same instant because it reads the same state the same way (a queued
 job's reason is mm/listing.py's). It costs one pass over what it counts (the queued and placed jobs, the
-nodes, the processes the nodes reported), no store access: about 2 ms for 10,000 queued jobs.
+nodes, the processes the nodes reported), no store access: under 2 ms for 10,000 queued and 4,096 running
+jobs on 1,024 nodes (storm bench metrics).
 """
 
 from __future__ import annotations
@@ -57,16 +58,18 @@ def snapshot(core: Controller) -> Snapshot:
     """Count the Controller's state now. O(q + a + r + n): queued and placed jobs, reported ranks, nodes."""
     runs = core.runs
     queue: Counter[tuple[str, str]] = Counter(dict.fromkeys(((s, NO_REASON) for s in QUEUE_STATES), 0))
-    codes: dict[str, str] = {}  # reason text -> code: most queued jobs share a few texts
-    for job in runs.pending.values():
-        text = pending_reason(runs, job)
-        code = codes.get(text)
-        if code is None:
-            code = codes[text] = reason_code(text)
-        queue[JobState.PENDING.value, code] += 1
-    for job in runs.active.values():
-        running = job.state is JobState.RUNNING
-        queue["SUSPENDED" if running and job.suspended_by is not None else job.state.value, NO_REASON] += 1
+    # Counted by text first (Counter counts in C): most queued jobs share a few texts, coded once each.
+    for text, count in Counter([pending_reason(runs, job) for job in runs.pending.values()]).items():
+        queue["PENDING", reason_code(text)] += count
+    running = JobState.RUNNING
+    states = Counter(
+        [
+            "SUSPENDED" if job.suspended_by is not None and job.state is running else job.state
+            for job in runs.active.values()
+        ]
+    )
+    for state, count in states.items():
+        queue[str(state), NO_REASON] += count
     nodes = dict.fromkeys(NODE_STATES, 0)
     pes = dict.fromkeys(NODE_STATES, 0)
     for node in core.registry.all():
