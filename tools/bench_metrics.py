@@ -11,6 +11,12 @@ job whose node reported its FCS class, and ``--queued`` jobs waiting behind them
   bucket), so the share of a CPU a thousand nodes' timings cost the MM at one report per node every 2 s;
 - a node's side: the time to count one heartbeat's delivery and lateness (nm/timings.py).
 
+With ``--live N`` it also starts a throwaway gang cluster of N emulated node managers (tools/emulator.py)
+with the endpoint on and two jobs on every PE (two rows: every node switches every slice), and after a
+``--seconds`` window reads what an operator would: the wall time of a
+scrape over HTTP, the heartbeat and switch timings the nodes reported (quantiles as Prometheus's
+``histogram_quantile`` interpolates them in the buckets) and storm-mm's CPU over the window.
+
 The best of several runs is reported: noise on a shared machine only ever adds time. It prints a table and
 writes every figure as JSON (``--json``).
 """
@@ -21,12 +27,16 @@ import argparse
 import json
 import os
 import platform
+import statistics
+import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from storm.mm import protocol as p
 from storm.mm.config import MMConfig
@@ -39,6 +49,7 @@ from storm.mm.rights import Account
 from storm.mm.runs import seeded_nonces
 from storm.mm.tally import PASS_BOUNDS, Histogram
 from storm.nm.timings import Timings
+from storm.tools.local_cluster import LocalCluster, wait_for
 
 T0 = 1_000_000.0
 PES = 4
@@ -172,17 +183,92 @@ def run(nodes: int, queued: int, repeats: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="storm bench metrics", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1024, help="node managers of 4 PEs (default 1,024)")
-    parser.add_argument("--queued", type=int, default=10_000, help="jobs waiting (default 10,000)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--json", type=Path, default=Path("results/metrics.json"))
-    args = parser.parse_args(argv)
-    if args.nodes < 1 or args.queued < 0 or args.repeats < 1:
-        parser.error("--nodes and --repeats must be at least 1, --queued not negative")
-    result = run(args.nodes, args.queued, args.repeats)
-    r = result
+def quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """Prometheus's histogram_quantile over cumulative (upper bound, count) buckets: linear within the
+    bucket the rank falls in; the highest finite bound if it falls above them all."""
+    total = buckets[-1][1]
+    if not total:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = bound, count
+    return lower
+
+
+def scrape(endpoint: str) -> tuple[float, dict[str, list[tuple[dict[str, str], float]]]]:
+    """One GET /metrics: its wall time and its samples by name."""
+    begin = time.perf_counter()
+    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    took = time.perf_counter() - begin
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return took, samples
+
+
+def live(emulated: int, seconds: float) -> dict[str, Any]:
+    """The endpoint of a gang cluster of ``emulated`` emulated node managers (see the module's docstring)."""
+    with tempfile.TemporaryDirectory(prefix="storm-bench-metrics-") as work:
+        cluster = LocalCluster(
+            dir=Path(work), nodes=0, emulated=emulated, pes_per_node=PES, policy="gang",
+            mm_settings={"metrics_endpoint": "127.0.0.1:0", "mpl": 2, "switch_lead": 0.05},
+        )  # fmt: skip
+        cluster.up()
+        try:
+            with cluster.client() as client:  # two rows of jobs on every PE: every node switches every slice
+                jobs = [client.submit(["sleep", "3600"], emulated * PES, cwd=work) for _ in range(2)]
+                wait_for(lambda: all(client.job(j).state == "RUNNING" for j in jobs), 120, "the jobs to run")
+
+            def heard(samples: dict[str, list[tuple[dict[str, str], float]]]) -> float:
+                return samples["storm_heartbeat_delivery_seconds_count"][0][1]
+
+            wait_for(
+                lambda: heard(scrape(cluster.metrics_endpoint)[1]) >= emulated, 120, "every node's timings"
+            )
+            _, first = scrape(cluster.metrics_endpoint)
+            time.sleep(seconds)  # the window measured (a benchmark's, not a wait for a condition)
+            walls = [scrape(cluster.metrics_endpoint)[0] for _ in range(20)]
+            _, last = scrape(cluster.metrics_endpoint)
+        finally:
+            cluster.down()
+
+    def grown(name: str) -> float:
+        return last[name][0][1] - first[name][0][1]
+
+    out: dict[str, Any] = {
+        "emulated": emulated,
+        "window_seconds": seconds,
+        "scrape_wall_ms": {"median": statistics.median(walls) * 1000, "max": max(walls) * 1000},
+        "mm_cpu_share": grown("process_cpu_seconds_total") / seconds
+        if "process_cpu_seconds_total" in last
+        else None,
+        "heartbeats_sent": grown("storm_heartbeats_sent_total"),
+        "late": grown("storm_heartbeats_late_total"),
+        "skewed": grown("storm_heartbeats_skewed_total"),
+    }
+    for name in ("heartbeat_delivery", "switch_lateness", "switch_duration"):
+        metric = f"storm_{name}_seconds"
+        before = {labels["le"]: value for labels, value in first[f"{metric}_bucket"]}
+        buckets = [
+            (float(le), value - before[le])
+            for labels, value in last[f"{metric}_bucket"]
+            for le in [labels["le"]]
+        ]
+        out[name] = {
+            "count": buckets[-1][1],
+            **{f"p{q * 100:g}_ms": quantile(q, buckets) * 1000 for q in (0.5, 0.99, 0.999)},
+        }
+    return out
+
+
+def table(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The figures as the rows of a table: what, a figure, another."""
     rows = [
         (f"scrape: snapshot of the core ({r['running']:,} running, {r['queued']:,} queued)",
          f"{r['snapshot_ms']:.2f} ms", f"cpu {r['snapshot_cpu_ms']:.2f} ms"),
@@ -195,6 +281,41 @@ def main(argv: list[str] | None = None) -> int:
          f"{r['timings_cpu_share'] * 100:.3f} %", "of a CPU"),
         ("a node: one heartbeat's delivery and lateness counted", f"{r['node_heartbeat_us']:.2f} us", ""),
     ]  # fmt: skip
+    lv = r.get("live")
+    if lv is None:
+        return rows
+    wall = lv["scrape_wall_ms"]
+    rows.append(
+        (f"live, {lv['emulated']:,} emulated nodes (gang): GET /metrics", f"{wall['median']:.2f} ms",
+         f"max {wall['max']:.2f} ms")
+    )  # fmt: skip
+    for name in ("heartbeat_delivery", "switch_lateness", "switch_duration"):
+        q = lv[name]
+        what = f"live: {name.replace('_', ' ')} p50 ({q['count']:,.0f} observed)"
+        rows.append((what, f"{q['p50_ms']:.3f} ms", f"p99 {q['p99_ms']:.3f} ms"))
+    share = lv["mm_cpu_share"]
+    rows.append(
+        ("live: storm-mm's CPU over the window", "-" if share is None else f"{share * 100:.1f} %",
+         f"{lv['late']:.0f} late, {lv['skewed']:.0f} skewed heartbeats")
+    )  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="storm bench metrics", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1024, help="node managers of 4 PEs (default 1,024)")
+    parser.add_argument("--queued", type=int, default=10_000, help="jobs waiting (default 10,000)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--live", type=int, default=0, metavar="N", help="also N emulated nodes, live (gang)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="the live window (default 30 s)")
+    parser.add_argument("--json", type=Path, default=Path("results/metrics.json"))
+    args = parser.parse_args(argv)
+    if args.nodes < 1 or args.queued < 0 or args.repeats < 1 or args.live < 0 or args.seconds <= 0:
+        parser.error("--nodes and --repeats must be at least 1, --queued and --live not negative")
+    result = run(args.nodes, args.queued, args.repeats)
+    if args.live:
+        result["live"] = live(args.live, args.seconds)
+    rows = table(result)
     width = max(len(row[0]) for row in rows)
     for name, a, b in rows:
         print(f"{name:<{width}}  {a:>12}  {b}")
