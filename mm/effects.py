@@ -53,10 +53,28 @@ class JobEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class Attach:
+    """The client of the request being handled is attached to the job's output as ``token``: what a Relay
+    names it by, until the job ends (JobEnded)."""
+
+    job_id: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """A chunk of a streamed job's output for the client attached to it as ``token``."""
+
+    job_id: int
+    token: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
 class Publish:
     """A heartbeat for every node manager (a time slice under gang scheduling)."""
 
     heartbeat: Heartbeat
 
 
-Effect = Send | Reply | Wait | JobEnded | Publish
+Effect = Send | Reply | Wait | JobEnded | Publish | Attach | Relay

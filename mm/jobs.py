@@ -62,6 +62,8 @@ class JobSpec:
     # in the queue and may suspend running jobs of a lower one ([mm] preemption).
     qos: str = ""
     priority: int = 0
+    # `storm run`: its ranks' output is streamed to attached clients (and still written to its files).
+    stream: bool = False
 
     @property
     def moldable(self) -> bool:
@@ -112,7 +114,20 @@ class Job:
         self, *, reason: str | None = None, suspended_time: float | None = None, warning: str = ""
     ) -> JobInfo:
         """What clients see of it; the MM's listing gives a queued job's reason and a running job's stopped
-        time and warning as of now (one record built, not one and then copies: a queue is long)."""
+        time and warning as of now (one record built, not one and then copies: a queue is long).
+
+        Kept with the record for the same arguments: a job is listed again and again while it is queued or
+        runs (a client polling the queue), and a record never changes (a change makes a new one, see
+        :func:`advance`)."""
+        key = (reason, suspended_time, warning)
+        kept = self.__dict__.get("_info")
+        if kept is not None and kept[0] == key:
+            return kept[1]  # type: ignore[no-any-return]
+        info = self._make_info(reason, suspended_time, warning)
+        object.__setattr__(self, "_info", (key, info))
+        return info
+
+    def _make_info(self, reason: str | None, suspended_time: float | None, warning: str) -> JobInfo:
         spec = self.spec
         return JobInfo(
             id=self.id,
@@ -169,6 +184,7 @@ def advance(job: Job, state: JobState, now: float, **changes: object) -> Job:
     # object.__setattr__, and a job advances three times in its life, in a simulator thousands of times a
     # second. Job has no __post_init__ to skip. The cached node list stays valid unless the placement changes.
     values = dict(job.__dict__)
+    values.pop("_info", None)  # what clients saw of the old record
     if "placement" in changes:
         values.pop("nodes", None)
     values.update(changes)

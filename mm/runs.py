@@ -70,6 +70,7 @@ from storm.mm.scheduler import Start
 from storm.mm.slots import GangCycle
 from storm.mm.states import JobState
 from storm.mm.storage import Storage
+from storm.mm.streams import OutputRelay
 from storm.mm.suspension import Suspended
 from storm.mm.tally import Tally
 from storm.mm.torus_state import TorusState
@@ -202,6 +203,7 @@ class RunTable:
         self.echoes = Echoes()
         self.reports = Reports(store)
         self.names = Names()
+        self.streams = OutputRelay()  # clients attached to streamed jobs' output (storm run)
         self.pass_due = False  # see want_pass
         # The queue and the placed jobs as the scheduler sees them: every job that enters or leaves
         # ``pending`` does so through enqueue() and withdraw() (or a pass's starts) to keep them in step.
@@ -429,7 +431,7 @@ class RunTable:
                 job_id=job.id, name=spec.name, kvsname=track.kvsname, size=job.ranks, row=job.row or 0,
                 node_index=index, ranks_per_node=counts, hosts=track.hosts, slots=slots, argv=spec.argv,
                 cwd=spec.cwd, env=spec.env, uid=spec.uid, gid=spec.gid, user=spec.user, output=spec.output,
-                error=spec.error, hook=spec.hook,
+                error=spec.error, hook=spec.hook, stream=spec.stream,
             )  # fmt: skip
         return launches
 
@@ -575,6 +577,7 @@ class RunTable:
         """The job is in its terminal state: stored, then its waiting clients are answered."""
         self.store.save_job(job)
         self.tally.end(job.state)
+        self.streams.forget(job.id)
         out.append(JobEnded(job))
         where = f" on {','.join(job.nodes)}" if job.placement else ""
         log.info("job %d %s%s%s", job.id, job.state.value, where, f": {job.reason}" if job.reason else "")

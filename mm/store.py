@@ -171,6 +171,7 @@ def _pack_spec(spec: JobSpec) -> bytes:
             "max_ranks": spec.max_ranks,
             "qos": spec.qos,
             "priority": spec.priority,
+            "stream": spec.stream,
         }
     )
     return packed

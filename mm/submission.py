@@ -76,6 +76,7 @@ def job_spec(msg: p.SubmitJob, caller: Credentials, config: MMConfig) -> JobSpec
         max_ranks=msg.max_ranks if msg.max_ranks > msg.ranks else 0,
         qos=msg.qos if msg.qos != DEFAULT_QOS else "",
         priority=config.qos_priority(msg.qos) or 0,
+        stream=bool(msg.attach),
     )
 
 

@@ -70,6 +70,11 @@ def shell_problem(
                 return f"barrier {msg.seq} out of order: the next one is {next_barrier}"
         case p.Spawned() | p.SpawnExited() | p.JobSpawned() | p.PmiName():
             return _dynamic_problem(job, msg, node, parent)
+        case p.JobOutput():
+            if not job.launch.stream:
+                return "output of a job that is not streamed"
+            if msg.node != node or msg.rank not in ranks:
+                return f"output of rank {msg.rank} on node {msg.node!r}, not one of this node's ranks"
         case _:
             return f"{msg.op} is not a job shell message"
     return None

@@ -356,6 +356,8 @@ class NodeManager:
         self.throttle.warning(log, kind, time.monotonic(), text, *args)
 
     def _to_mm(self, msg: p.Message) -> None:
+        if isinstance(msg, p.JobOutput) and not msg.eof and self.to_mm.kept:
+            return  # streamed output never queues behind a backed-up link: the job's files have it
         self.to_mm.send([p.encode(msg)])
 
     async def _reporter(self) -> None:

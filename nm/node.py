@@ -461,8 +461,8 @@ class Node:
                     self.local.finish(job, msg.exits)
                     assert job.done is not None
                     out.to_mm.append(job.done)
-            case p.ShellHello():
-                pass
+            case p.JobOutput():  # relayed as it is (the daemon drops it if the link to the MM is backed up)
+                out.to_mm.append(msg)
             case p.Spawned() | p.SpawnExited() | p.JobSpawned() | p.PmiName():
                 before = job.killing
                 out.to_mm.extend(self.local.dynamic(job, msg))

@@ -38,6 +38,7 @@ from storm.mm import protocol as p
 from storm.mm.config import NMConfig
 from storm.mm.slurm_style import expand_path
 from storm.nm.jobdir import JobDir
+from storm.nm.output import StreamedOutput
 from storm.nm.pmi import MAX_LINE, NameRequest, Outcome, Wireup, process_mapping
 from storm.nm.spawn import SpawnRequest
 from storm.nm.spawner import NAME_TIMEOUT, PendingNames, Proc, Spawner
@@ -96,8 +97,13 @@ class Shell:
         *,
         hook: Hook | None = None,
         spawn_limit: int = NMConfig.spawn_limit,
+        forward: Callable[[p.JobOutput], None] | None = None,
     ) -> None:
         self.launch = launch
+        # A streamed job's ranks write into pipes this shell reads (nm/output.py); the others, their files.
+        self.output = (
+            StreamedOutput(launch.job_id, node, forward) if launch.stream and forward is not None else None
+        )
         self.hook = hook
         self.node = node
         self.cpus = cpus
@@ -164,7 +170,16 @@ class Shell:
 
     def _spawn(self, r: Rank, out: int, err: int) -> None:
         env = rank_environment(self.launch, r.rank, self.node, 0, self.hook)
-        problem = self.start_process(r, list(self.launch.argv), env, self.launch.cwd, (out, err))
+        if self.output is None:
+            problem = self.start_process(r, list(self.launch.argv), env, self.launch.cwd, (out, err))
+        else:
+            ends = self.output.open(r.rank, out, err)
+            try:
+                problem = self.start_process(r, list(self.launch.argv), env, self.launch.cwd, ends)
+            finally:
+                for fd in ends:  # the rank has them now: its exit closes the pipes
+                    os.close(fd)
+            self.output.watch(r.rank)
         if problem:
             r.exit = p.RankExit(rank=r.rank, error=problem)
 
@@ -451,6 +466,8 @@ class Shell:
                 await self.send(p.RankExited(job_id=self.launch.job_id, exit=r.exit))
         self._check_done()
         await self.all_exited.wait()
+        if self.output is not None:
+            self.output.drain()
         await self.finish()
         await self.acked.wait()
 
@@ -471,6 +488,8 @@ class Shell:
 
     def close(self) -> None:
         """The job shell exits: nothing of this job is watched any more."""
+        if self.output is not None:
+            self.output.close()
         loop = asyncio.get_running_loop()
         for r in [*self.ranks.values(), *self.spawner.procs()]:
             if r.pidfd >= 0:

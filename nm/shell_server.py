@@ -77,6 +77,12 @@ class ShellServer:
     async def send(self, msg: p.Message) -> None:
         self.link.send([p.encode(msg)])  # never waits (a coroutine for the callers in nm/shell.py)
 
+    def forward(self, msg: p.JobOutput) -> None:
+        """A streamed job's output for the NM, dropped when the link is backed up (nm/output.py)."""
+        if self.link.kept and not msg.eof:
+            return
+        self.link.send([p.encode(msg)])
+
     def _check_finished(self) -> None:
         """Exit when no more work can come (see the module's docstring)."""
         no_more = self.retired or self.orphaned or not self.connected
@@ -104,7 +110,7 @@ class ShellServer:
         hook = Hook(msg.hook_library, msg.hook_segment, msg.hook_environment) if msg.hook_library else None
         shell = Shell(
             msg.launch, self.node, self.cpus, self.send, JobDir(Path(msg.jobdir)), hook=hook,
-            spawn_limit=self.spawn_limit,
+            spawn_limit=self.spawn_limit, forward=self.forward,
         )  # fmt: skip
         shell.on_done = self._check_finished
         self.jobs[job_id] = shell

@@ -203,10 +203,29 @@ def test_parser_submit() -> None:
     assert args.command == ["--", "prog", "-n", "1"]  # the command's own options stay its own
 
 
+def test_storm_run_takes_every_submit_option_but_wait_and_its_own_label() -> None:
+    parser = cli.build_parser()
+    submit = parser.parse_args(["submit", "-n", "1", "--", "true"])
+    run = parser.parse_args(["run", "-n", "2", "-l", "--", "prog", "--label"])
+    assert set(vars(run)) - set(vars(submit)) == {"label"}
+    assert set(vars(submit)) - set(vars(run)) == {"wait"}
+    assert (run.cmd, run.ranks, run.label, run.command) == ("run", "2", True, ["--", "prog", "--label"])
+
+
+def test_storm_run_refuses_what_submit_refuses_before_contacting_the_mm(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["run", "-n", "0", "--", "true"]) == 2
+    assert capsys.readouterr().err == "storm run: -n 0: a job needs at least 1 rank\n"
+    assert cli.main(["run", "-n", "1"]) == 2
+    assert "storm run: a command is required: storm run -n RANKS -- COMMAND" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
         (["submit", "--", "true"], "the following arguments are required: -n/--ranks"),
+        (["run", "--", "true"], "the following arguments are required: -n/--ranks"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "the following arguments are required: COMMAND"),
         (["show"], "the following arguments are required: JOBID"),

@@ -190,6 +190,22 @@ def test_info() -> None:
     )  # fmt: skip
 
 
+def test_info_kept_with_the_record_follows_every_change() -> None:
+    """A record keeps what clients saw of it (the MM lists a queued job again and again), but never hands it
+    out for other arguments or once the job has moved on."""
+    queued = job()
+    first = queued.info(reason="Resources")
+    assert queued.info(reason="Resources") is first  # kept
+    assert queued.info(reason="Priority").reason == "Priority"  # other arguments: built anew
+    assert queued.info(reason="Resources").reason == "Resources"
+    started = advance(queued, S.STARTING, 12.0, placement=(("n1", 0),), row=0)
+    info = started.info(suspended_time=0.0)
+    assert (info.state, info.start_time, info.nodes, info.reason) == ("STARTING", 12.0, ("n1",), "")
+    ended = advance(started, S.COMPLETED, 13.0, exit_code=0)
+    assert (ended.info().state, ended.info().end_time) == ("COMPLETED", 13.0)
+    assert ended.info() == dataclasses.replace(ended).info()  # the same as a record never listed
+
+
 def test_a_moldable_jobs_info_gives_its_range_and_the_size_it_got() -> None:
     asked = Job(
         id=7, spec=spec(ranks=2, max_ranks=8, qos="high", priority=10), state=S.PENDING, submit_time=1.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import msgpack
@@ -188,6 +189,11 @@ EXAMPLES: dict[str, p.Message] = {
     "pmi_name_result": p.PmiNameResult(job_id=1, seq=3, ok=False, port="p", error="storm: taken"),
     "get_spawns": p.GetSpawns(req=11, job_id=1),
     "spawns": p.SpawnsView(req=11, job_id=1, spawns=2, processes=5, refused=1, last_refusal="storm: no room"),
+    "job_output": p.JobOutput(
+        job_id=1, node="n0", rank=1, stream="err", seq=2, offset=10, data=b"\xffpartial"
+    ),
+    "attach_output": p.AttachOutput(req=12, job_id=1, token="a1b2", received=4096),  # noqa: S106
+    "output_attached": p.OutputAttached(req=12, job_id=1, mm_epoch="m", state="PENDING", reason="Resources"),
 }
 
 SUBMIT = {"op": "submit_job", "ranks": 2, "argv": ["/bin/true"], "cwd": "/tmp", "env": {}}
@@ -698,3 +704,46 @@ def test_valid_messages_with_one_field_replaced(op: str, data: st.DataObject) ->
     if FIELDS[op]:
         body[data.draw(st.sampled_from(FIELDS[op]))] = data.draw(values)
     decodes_or_protocol_error(pack(body))
+
+
+# ------------------------------------------------------------------------------------------ streamed output
+
+
+def chunk(**changes: Any) -> dict[str, Any]:
+    return {
+        "op": "job_output", "job_id": 1, "node": "n", "rank": 0, "stream": "out", "seq": 0, "offset": 0,
+        **changes,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (chunk(stream="tty"), "job_output: stream must be one of ('out', 'err'), not 'tty'"),
+        (chunk(rank=-1), "job_output: rank, seq and offset must be >= 0"),
+        (chunk(offset=-1), "job_output: rank, seq and offset must be >= 0"),
+        (
+            chunk(data=b"x" * (p.OUTPUT_CHUNK + 1)),
+            f"job_output: a chunk holds at most {p.OUTPUT_CHUNK} bytes",
+        ),
+        (chunk(data=b"x", eof=True), "job_output: an eof chunk carries no data"),
+        (chunk(data="text"), "job_output.data: expected bytes, got str"),
+        ({"op": "attach_output", "job_id": 1, "token": ""}, "attach_output: token: 1 to 64 letters"),
+        ({"op": "attach_output", "job_id": 1, "token": "a/b"}, "attach_output: token: 1 to 64 letters"),
+        ({"op": "attach_output", "job_id": 1, "token": "t", "received": -1}, "received must be >= 0"),
+        ({"op": "output_attached", "job_id": 1, "mm_epoch": "m", "state": "GONE"}, "unknown job state"),
+        ({**SUBMIT, "attach": "x" * 65}, "submit_job: attach: at most 64 letters"),
+    ],
+)
+def test_streamed_output_messages_refuse_impossible_values(body: dict[str, Any], expected: str) -> None:
+    with pytest.raises(p.ProtocolError, match=re.escape(expected)):
+        p.decode(pack(body))
+
+
+def test_streamed_output_fields_default_so_that_older_peers_still_decode() -> None:
+    """An older client's submission and an older MM's launch lack the new fields: nothing is streamed."""
+    assert p.decode(pack(SUBMIT)).attach == ""  # type: ignore[attr-defined]
+    launch = msgpack.unpackb(p.encode(EXAMPLES["launch_job"]), raw=False)
+    del launch["stream"]
+    assert p.decode(pack(launch)).stream is False  # type: ignore[attr-defined]
+    assert p.decode(p.encode(EXAMPLES["job_output"])) == EXAMPLES["job_output"]

@@ -313,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.queued < 0 or args.repeats < 1 or args.live < 0 or args.seconds <= 0:
         parser.error("--nodes and --repeats must be at least 1, --queued and --live not negative")
-    result = {"command": ["storm", "bench", "metrics", *(argv if argv is not None else sys.argv[1:])]}
+    result: dict[str, Any] = {
+        "command": ["storm", "bench", "metrics", *(sys.argv[1:] if argv is None else argv)]
+    }
     result.update(run(args.nodes, args.queued, args.repeats))
     if args.live:
         result["live"] = live(args.live, args.seconds)

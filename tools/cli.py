@@ -110,12 +110,14 @@ def prepare_outputs(pattern: str, ranks: int, cwd: str, user: str, name: str) ->
     return path
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
+def submission(args: argparse.Namespace) -> tuple[list[str], int, dict[str, object]]:
+    """What ``storm submit`` and ``storm run`` ask for (their shared options): the command, the ranks and
+    the other submit_job fields, checked here first."""
     argv = list(args.command)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        raise UsageError("a command is required: storm submit -n RANKS -- COMMAND [ARGS...]")
+        raise UsageError(f"a command is required: storm {args.cmd} -n RANKS -- COMMAND [ARGS...]")
     ranks, max_ranks = parse_ranks(args.ranks)
     cwd = os.getcwd()
     env = dict(os.environ)
@@ -126,14 +128,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # Per-rank file names known now are truncated for the ranks the job will have at least.
     output = prepare_outputs(args.output or "storm-%j.out", ranks, cwd, user, name)
     error = prepare_outputs(args.error, ranks, cwd, user, name) if args.error else ""
-    extra: dict[str, object] = {"max_ranks": max_ranks} if max_ranks else {}
+    fields: dict[str, object] = {"max_ranks": max_ranks} if max_ranks else {}
     if args.qos:
-        extra["qos"] = args.qos
+        fields["qos"] = args.qos
+    fields.update(
+        cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error, requeue=args.requeue,
+        hook=args.hook, **run_as(args.uid, args.gid),
+    )  # fmt: skip
+    return argv, ranks, fields
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    argv, ranks, fields = submission(args)
     with Client(args.mm) as client:
-        job_id = client.submit(
-            argv, ranks, cwd=cwd, env=env, name=name, time_limit=time_limit, output=output, error=error,
-            requeue=args.requeue, hook=args.hook, **extra, **run_as(args.uid, args.gid),
-        )  # fmt: skip
+        job_id = client.submit(argv, ranks, **fields)
         print(job_id, flush=True)
         if not args.wait:
             return 0
@@ -344,7 +352,7 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
         print(f"  point the CLI at it with: export STORM_LOCAL_DIR={directory}")
     if cluster.metrics_endpoint:
         print(f"  Prometheus metrics: http://{cluster.metrics_endpoint}/metrics")
-    print("  try: storm submit -n 2 --wait -- python -m storm.tools.apps.hello")
+    print("  try: storm run -n 2 -- python -m storm.tools.apps.hello")
     if args.detach:
         return 0
     print("  (Ctrl-C stops it)", flush=True)
@@ -372,9 +380,23 @@ SUBMIT_EPILOG = (
 
 
 def add_job_commands(sub: Any) -> None:
+    from storm.tools.cli_run import add_run_command
+
     s = sub.add_parser(
         "submit", help="submit a job", description="Submit a job; prints its id.", epilog=SUBMIT_EPILOG
     )
+    add_submit_options(s)
+    s.add_argument("--wait", "-W", action="store_true", help="wait for the job and exit with its exit code")
+    s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    s.set_defaults(func=cmd_submit)
+    add_run_command(sub, add_submit_options)
+    c = sub.add_parser("cancel", help="cancel jobs")
+    c.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
+    c.set_defaults(func=cmd_cancel)
+
+
+def add_submit_options(s: argparse.ArgumentParser) -> None:
+    """The options of a job's submission, which storm submit and storm run share."""
     s.add_argument(
         "-n", "--ranks", required=True, metavar="N|MIN-MAX",
         help="number of MPI ranks (processes), or a range for a moldable job (storm-mm picks the size)",
@@ -386,7 +408,6 @@ def add_job_commands(sub: Any) -> None:
         "--output", "-o", help="stdout file; %%j job id, %%t rank, %%N node (default storm-%%j.out)"
     )
     s.add_argument("--error", "-e", help="stderr file (default: with stdout)")
-    s.add_argument("--wait", "-W", action="store_true", help="wait for the job and exit with its exit code")
     s.add_argument(
         "--requeue",
         action="store_true",
@@ -400,11 +421,6 @@ def add_job_commands(sub: Any) -> None:
     )
     s.add_argument("--uid", help="run as this user: only yourself is accepted (jobs run as their submitter)")
     s.add_argument("--gid", help="run with this group: only your own is accepted")
-    s.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
-    s.set_defaults(func=cmd_submit)
-    c = sub.add_parser("cancel", help="cancel jobs")
-    c.add_argument("job_ids", type=int, nargs="+", metavar="JOBID")
-    c.set_defaults(func=cmd_cancel)
 
 
 def add_view_commands(sub: Any) -> None:

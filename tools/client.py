@@ -216,6 +216,36 @@ class Client:
             raise self._timeout(wait)
         return p.decode(self._sock.recv(), p.MAX_NODE_MESSAGE)
 
+    def send(self, request: p.Request) -> int:
+        """Send a request without waiting for its answer (see :meth:`next_message`); its ``req``."""
+        req = next(self._reqs)
+        data = p.encode(dataclasses.replace(request, req=req))
+        if self._dealer is not None:
+            try:
+                self._dealer.send(data)
+            except ConnectionError as exc:
+                raise self._lost(exc) from None
+        else:
+            self._sock.send(data)
+        return req
+
+    def next_message(self, timeout: float, wake_fd: int = -1) -> p.Message | None:
+        """Whatever storm-mm sends next (a reply, a job's streamed output) within ``timeout`` seconds; None
+        if nothing came, or if ``wake_fd`` became readable first (a signal's wake-up; pyzmq only)."""
+        if self._dealer is not None:
+            data = self._dealer.recv(timeout)
+            return None if data is None else p.decode(data, p.MAX_NODE_MESSAGE)
+        import zmq
+
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        if wake_fd >= 0:
+            poller.register(wake_fd, zmq.POLLIN)
+        ready = dict(poller.poll(int(timeout * 1000)))
+        if self._sock not in ready:
+            return None
+        return p.decode(self._sock.recv(), p.MAX_NODE_MESSAGE)
+
     def call(self, request: p.Request, expect: type[R], timeout: float | None = None) -> R:
         req = next(self._reqs)
         request = dataclasses.replace(request, req=req)

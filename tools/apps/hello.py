@@ -5,10 +5,10 @@ Every rank takes part in two small exchanges and rank 0 reports what each rank s
 * an Allreduce that sums ``rank + 1`` over all ranks (expected ``n * (n + 1) / 2``), and
 * a ring: each rank sends its rank number to its right neighbour and receives from its left one.
 
-Run it as ``storm submit -n 2 --wait -- python -m storm.tools.apps.hello`` (or by path). Rank 0
-prints one line per rank, in rank order, naming the storm node it ran on (``$STORM_NODE``, or the
-host name outside storm), then ``hello: OK``; if anything is wrong it prints ``hello: WRONG`` and the
-job exits with code 1.
+Run it as ``storm run -n 2 -- python -m storm.tools.apps.hello`` (or by path), which shows its output on the
+terminal (``storm submit`` puts it in the job's file, ``storm-<id>.out``). Rank 0 prints one line per rank,
+in rank order, naming the storm node it ran on (``$STORM_NODE``, or the host name outside storm), then
+``hello: OK``; if anything is wrong it prints ``hello: WRONG`` and the job exits with code 1.
 """
 
 from __future__ import annotations
