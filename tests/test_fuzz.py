@@ -59,6 +59,7 @@ RECORDS: dict[type, Any] = {
     p.BoxInfo: p.BoxInfo(base=(0, 1, 0), shape=(2, 1, 1)),
     p.TorusView: p.TorusView(dims=(1, 1, 2), nodes=("node0", ""), jobs=(3, 0)),
     p.LaunchJob: LAUNCH,  # in shell_launch
+    p.SwitchTimings: EXAMPLES["node_status"].timings,  # in node_status
 }
 # No '/': a fuzzed submit must never name a real directory for its output.
 ALPHABET = "abcxyz0179 _-.:=é中\u2028"
