@@ -113,6 +113,8 @@ def prepare_decoding() -> None:
             pending.extend(typing.get_args(hint))
 
 
+_INT64 = -(2**63)  # the lowest int64: every integer on the wire is one
+_INT = {int}  # the types of a list of integers only (a bool is not one)
 Converter = Callable[[Any, str], Any]  # (value as decoded by msgpack, where it is) -> the field's value
 _CONVERTERS: dict[Any, Converter] = {}
 # Per message or record class: each field's name, converter, whether it may be absent, and the type a value
@@ -185,10 +187,21 @@ def _make_converter(hint: Any) -> Converter:
         item = _converter(item_hint)
 
         plain = item_hint if item_hint in (str, bool, bytes) else None
+        integers = item_hint is int
 
         def sequence(value: Any, where: str) -> Any:
             check(type(value) in (list, tuple), f"{where}: expected a list, got {type(value).__name__}")
             if plain is not None and all(type(v) is plain for v in value):
+                return tuple(value)
+            # Integers (job ids, a node's bucket counts) checked in a few C-level scans rather than one by
+            # one; only a list with something else, or out of int64's range, is looked at item by item.
+            if (
+                integers
+                and value
+                and set(map(type, value)) == _INT
+                and min(value) >= _INT64
+                and max(value) < -_INT64
+            ):
                 return tuple(value)
             return tuple([item(v, f"{where}[{i}]") for i, v in enumerate(value)])
 

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import socket
 import tomllib
 import typing
@@ -38,6 +39,10 @@ DEFAULT_CONFIG = Path("/etc/storm/storm.toml")
 PREEMPTION_MODES = ("off", "suspend")
 # Every job's QOS unless storm submit --qos names another: priority 0 unless [mm] qos says otherwise.
 DEFAULT_QOS = "normal"
+# [mm] metrics_endpoint: a host name or IPv4 address, "*", or an IPv6 address in brackets; then a port.
+_HOST_PORT = re.compile(
+    r"(?:(?P<host>\*|[A-Za-z0-9][A-Za-z0-9.-]*)|\[(?P<v6>[0-9A-Fa-f:.]+)\]):(?P<port>[0-9]{1,5})"
+)
 
 
 class ConfigError(ValueError):
@@ -125,6 +130,11 @@ class MMConfig:
     preempt_min_run: float = 60.0
     # At most this many jobs' processes on any PE, running or suspended (suspended jobs keep their memory).
     preempt_max_jobs: int = 5
+    # Prometheus metrics (mm/exporter.py): HOST:PORT where storm-mm serves GET /metrics over HTTP, e.g.
+    # "127.0.0.1:9464" ("*:9464": every interface; port 0: one the kernel picks, written to mm.json). Empty:
+    # off. Counts only (no job names, users or commands), and no authentication: bind it where only the
+    # monitoring can reach it.
+    metrics_endpoint: str = ""
 
     def qos_priority(self, name: str) -> int | None:
         """The priority of a QOS ("" is the default one), None for a QOS the configuration does not have."""
@@ -345,11 +355,31 @@ def _validate(config: StormConfig) -> None:
             raise ConfigError(f"{where}: {level!r} is not one of debug, info, warning, error")
     _validate_topology(config.mm)
     _validate_jobs(config.mm)
+    if config.mm.metrics_endpoint:
+        try:
+            metrics_address(config.mm.metrics_endpoint)
+        except ValueError as exc:
+            raise ConfigError(f"mm.metrics_endpoint: {exc}") from None
     if config.nm.pes < 0 or config.nm.kill_grace < 0 or config.nm.shell_idle < 0:
         raise ConfigError("nm.pes, nm.kill_grace and nm.shell_idle must not be negative")
     if not 0 <= config.nm.spawn_limit <= 4096:
         raise ConfigError("nm.spawn_limit must be between 0 (no spawning) and 4096")
     _validate_keys(config)
+
+
+def metrics_address(endpoint: str) -> tuple[str, int]:
+    """[mm] metrics_endpoint as (host, port): host "" for "*" (every interface), an IPv6 address without its
+    brackets. ValueError saying what is wrong otherwise."""
+    found = _HOST_PORT.fullmatch(endpoint)
+    if found is None:
+        raise ValueError(
+            f"{endpoint!r} is not HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464, or *:9464 for every interface;"
+            " empty: off)"
+        )
+    host, port = found["v6"] or found["host"], int(found["port"])
+    if port > 65535:
+        raise ValueError(f"{endpoint!r}: port {port} is not in 0-65535")
+    return ("" if host == "*" else host), port
 
 
 def _validate_topology(mm: MMConfig) -> None:

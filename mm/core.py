@@ -39,6 +39,7 @@ from storm.mm.states import JobState
 from storm.mm.storage import Storage
 from storm.mm.streams import attach_output, relay_output
 from storm.mm.submission import Rejected, check_fits, job_spec
+from storm.mm.tally import TimingTotals
 
 log = logging.getLogger("storm.mm")
 
@@ -75,6 +76,7 @@ class Controller:
         self.registry = NodeRegistry(config.node_timeout)
         self.runs = RunTable(store, config, self.registry, nonce, policy=policy, fcs=self.fcs)
         self.throttle = LogThrottle()  # lines about refused node reports: a bad node must not fill the disk
+        self.timings = TimingTotals()  # the nodes' heartbeat and switch timings, for the metrics
         self._recovered = False
         # After a restart: the nodes known before that have not registered again, until when passes wait for
         # them, and the latest that can be (see recover).
@@ -436,6 +438,7 @@ class Controller:
             msg.switch_p99_ms,
         )
         node.late_beats, node.skewed_beats = msg.late_beats, msg.skewed_beats
+        self.timings.report(msg.node, msg.nm_epoch, msg.timings)
         was_draining = bool(node.stale)
         node.stale &= set(msg.jobs)  # jobs the NM no longer lists are gone from the node
         echoes_over = self.runs.echoes.heard(msg.node, msg.jobs)

@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import zmq
 import zmq.asyncio
@@ -60,6 +60,10 @@ from storm.mm.priority import request_realtime
 from storm.mm.rights import key_user
 from storm.mm.sd_notify import Notifier
 from storm.mm.store import Store
+from storm.mm.tally import PASS_BOUNDS, Histogram
+
+if TYPE_CHECKING:
+    from storm.mm.exporter import MetricsServer
 
 log = logging.getLogger("storm.mm")
 
@@ -171,6 +175,8 @@ class MachineManager:
         # While a batch is handled: what to carry out once its transaction is committed.
         self.batch: list[tuple[list[Effect], zmq.asyncio.Socket | None, bytes]] | None = None
         self.pass_seconds = 0.0  # how long the last pass took: the next one's delay
+        self.pass_times = Histogram(PASS_BOUNDS)  # every pass's, for the metrics
+        self.metrics: MetricsServer | None = None  # with [mm] metrics_endpoint (see _serve_metrics)
         self.recovered = recovered  # carried out once the sockets are bound
         self.stopping = asyncio.Event()
         self.notify = Notifier.from_environment()  # systemd's Type=notify; nothing without it
@@ -203,7 +209,25 @@ class MachineManager:
         log.info("CURVE: key %s..., node keys from %s", own.fingerprint, mm.node_keys)
         return gate
 
-    def _write_endpoints(self, client: str, node: str, heartbeat: str, remote: str = "") -> None:
+    async def _serve_metrics(self) -> str:
+        """Serve GET /metrics with [mm] metrics_endpoint (mm/exporter.py); the address it got ("": off)."""
+        endpoint = self.config.mm.metrics_endpoint
+        if not endpoint:
+            return ""
+        # Imported here: prometheus_client takes 40 ms to import, which a storm-mm without metrics is spared.
+        from storm.mm.exporter import MetricsServer, registry_for
+
+        self.metrics = MetricsServer(registry_for(self.core, self.pass_times))
+        try:
+            address = await self.metrics.start(endpoint)
+        except OSError as exc:
+            raise SystemExit(f"storm-mm: cannot serve metrics on {endpoint}: {exc.strerror or exc}") from None
+        log.info("metrics on http://%s/metrics", address)
+        return address
+
+    def _write_endpoints(
+        self, client: str, node: str, heartbeat: str, remote: str = "", metrics: str = ""
+    ) -> None:
         """Publish the real endpoints (ports may have been 0) for local tools; written atomically."""
         if client.startswith("ipc://"):
             # Every user may submit: the kernel tells the MM who each caller is.
@@ -213,6 +237,7 @@ class MachineManager:
             "node": node,
             "heartbeat": heartbeat,
             "client_tcp": remote,
+            "metrics": metrics,
             "pid": os.getpid(),
             "epoch": self.epoch,
         }
@@ -231,7 +256,7 @@ class MachineManager:
             heartbeat = bind(self.heartbeats, self.config.mm.heartbeat_endpoint)
             self.core.heartbeat_port = int(heartbeat.rsplit(":", 1)[1])
         remote = bind(self.remote, self.config.mm.client_tcp_endpoint) if self.remote is not None else ""
-        self._write_endpoints(client, node, heartbeat, remote)
+        self._write_endpoints(client, node, heartbeat, remote, await self._serve_metrics())
         self._serve(self.clients, self._client_message)
         self._serve(self.nodes, self._node_message)
         if self.remote is not None:
@@ -265,6 +290,11 @@ class MachineManager:
             "storm-mm stopping after %d scheduling passes; %d messages in %d batches, %d commits",
             self.core.runs.passes, self.handled, self.batches, self.store.commits,
         )  # fmt: skip
+        await self._shut_down(tasks)
+
+    async def _shut_down(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Stop serving, end the background tasks and close every socket, the readers and the store."""
+        loop = asyncio.get_running_loop()
         self.notify.stopping()
         if self.pass_timer is not None:
             self.pass_timer.cancel()
@@ -274,6 +304,8 @@ class MachineManager:
         for shadow, _ in self.waiting.values():
             loop.remove_reader(shadow.FD)
         (self.state_dir / "mm.json").unlink(missing_ok=True)
+        if self.metrics is not None:
+            await self.metrics.close()
         self.clients.close()
         self.nodes.close()
         self.heartbeats.close()
@@ -388,12 +420,14 @@ class MachineManager:
         if self.pass_timer is not None:
             self.pass_timer.cancel()
             self.pass_timer = None
-        started = time.monotonic()
+        started, passes = time.monotonic(), self.core.runs.passes
         try:
             self._carry_out(self.core.schedule(time.time()))
         except Exception:
             log.exception("unexpected error in a scheduling pass; carrying on")
         self.pass_seconds = time.monotonic() - started
+        if self.core.runs.passes != passes:  # one ran (none while nodes come back after a restart)
+            self.pass_times.observe(self.pass_seconds)
 
     def _carry_out(
         self,

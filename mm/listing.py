@@ -55,17 +55,26 @@ def job_page(
 def _infos(runs: RunTable, found: list[Job], hang_warning: float, now: float | None) -> list[JobInfo]:
     """The jobs' records, a queued job's reason and a running one's stopped time as of ``now``. O(jobs)."""
     infos = []
-    reasons, active, held = runs.reasons, runs.active, runs.holds.reasons
+    active = runs.active
     for job in found:
-        if job.state is JobState.PENDING and (job.id in reasons or job.id in held):
-            waits = reasons.get(job.id) or held[job.id]  # held: Dependency, JobArrayTaskLimit
-            infos.append(job.info(reason=f"{waits} ({job.reason})" if job.requeues else waits))
+        if job.state is JobState.PENDING:
+            infos.append(job.info(reason=pending_reason(runs, job)))
         elif job.id in active and now is not None:
             warning = runs.reports.hang(job, now, hang_warning)
             infos.append(job.info(suspended_time=runs.suspended(job, now), warning=warning))
         else:
             infos.append(job.info())
     return infos
+
+
+def pending_reason(runs: RunTable, job: Job) -> str:
+    """Why a queued job waits, as `storm queue` says it: the last pass's reason, or what holds it out of the
+    passes (with what requeued the job, if it was), else the job's own reason (why it was requeued; "" before
+    its first pass)."""
+    waits = runs.reasons.get(job.id) or runs.holds.reasons.get(job.id)  # held: Dependency, JobArrayTaskLimit
+    if waits is None:
+        return job.reason
+    return f"{waits} ({job.reason})" if job.requeues else waits
 
 
 def node_infos(

@@ -74,6 +74,7 @@ from storm.mm.states import JobState
 from storm.mm.storage import Storage
 from storm.mm.streams import OutputRelay
 from storm.mm.suspension import Suspended
+from storm.mm.tally import Tally
 from storm.mm.torus_state import TorusState
 
 log = logging.getLogger("storm.mm")
@@ -173,6 +174,7 @@ class RunTable:
         # Queued jobs a pass does not see until a dependency or their array's limit lets them (mm/holds.py).
         self.holds = Holds(self.job, store.array_tasks)
         self.passes = 0  # passes run so far: what coalescing saves is counted by tests and benchmarks
+        self.tally = Tally()  # runs started, ended and requeued, for the metrics (mm/metrics.py)
 
     def job(self, job_id: int) -> Job | None:
         """A job wherever it is: queued, placed, or (ended) in the store."""
@@ -392,6 +394,7 @@ class RunTable:
         self.active[job.id] = job
         self.tracking[job.id] = track
         self.holds.started(job)
+        self.tally.started += 1
         if self.cycle is not None:
             self.cycle.add(job.id, now)
         track.launches = self.launches(job, track)
@@ -520,6 +523,7 @@ class RunTable:
         job = requeue(job, f"requeued {job.requeues + 1}/{self.config.max_requeues} after {job.reason}")
         self.store.save_job(job)
         self.enqueue(job)
+        self.tally.requeued += 1
         up = {n.name for n in self.registry.all() if n.state == UP and n.confirmed}
         self.echoes.add(job.id, up.intersection(last_run))
         # An UP node that never confirmed its ranks gone may still run them under this id: it takes no job
@@ -569,6 +573,7 @@ class RunTable:
         """The job is in its terminal state: stored, then its waiting clients are answered; what waits for
         it is judged again (released by the next settle)."""
         self.store.save_job(job)
+        self.tally.end(job.state)
         self.streams.forget(job.id)
         out.append(JobEnded(job))
         if job.array_id is not None or self.holds.on_job:

@@ -42,6 +42,7 @@ from storm.nm.processes import Processes
 from storm.nm.profile import Profiler
 from storm.nm.shells import JobShell
 from storm.nm.switcher import ContextSwitcher, SwitchCheck, TraceLine
+from storm.nm.timings import Timings
 
 log = logging.getLogger("storm.nm")
 
@@ -112,6 +113,7 @@ class Node:
         self.monitor = measurements
         self.following = Following()
         self.follower = GangFollower(timeout=config.heartbeat_timeout or 1.0)
+        self.timings = Timings()  # for storm-mm's metrics, in every node_status
         self.switcher = ContextSwitcher(
             processes, trace, on_switch=measurements.switched, set_wait=measurements.set_wait
         )
@@ -152,6 +154,7 @@ class Node:
                 switches=switches, switch_p50_ms=p50, switch_p99_ms=p99,
                 suspended=tuple(j.job_id for j in self.jobs.values() if j.suspended and j.done is None),
                 late_beats=self.follower.late, skewed_beats=self.follower.skewed,
+                timings=self.timings.report(late=self.follower.late, skewed=self.follower.skewed),
             )
         ]  # fmt: skip
         for job in list(self.jobs.values()):
@@ -238,6 +241,8 @@ class Node:
         following.mm_epoch, following.report_interval = msg.mm_epoch, msg.report_interval
         following.registered = True
         log.info("registered with storm-mm %s%s", msg.mm_epoch[:8], "" if first else " (again)")
+        if new_mm:  # it adds up what grew since: from zero
+            self.timings.restart(late=self.follower.late, skewed=self.follower.skewed)
         for job_id in msg.stale_jobs:
             job = self.jobs.get(job_id)
             if job is not None:
@@ -291,6 +296,7 @@ class Node:
             else:  # a restarted MM's, until this NM has registered with it
                 log.debug("ignored heartbeat %d of storm-mm %s", beat.seq, beat.epoch[:8])
             return out
+        self.timings.heard(beat.sent, wall)
         if self.pending is not None:  # its instant has not come, and the next slot has: it begins now
             self._begin(*self.pending, wall, out)
             self.pending = None
@@ -319,6 +325,8 @@ class Node:
     def _begin(self, beat: p.Heartbeat, received: float, wall: float, out: Outcome) -> None:
         """A slot begins: sample, classify, switch (into ``out``)."""
         switcher = self.switcher
+        if beat.at:
+            self.timings.began(beat.at, wall)
         if not switcher.units:  # no rank here: nothing to sample or classify (most nodes of an idle cluster)
             switcher.switch(beat.row, now=wall, seq=beat.seq, sent=beat.sent, received=received, at=beat.at)
             return
@@ -349,6 +357,7 @@ class Node:
 
     def switch_checked(self, check: SwitchCheck, done: float) -> None:
         self.switcher.checked(check, done)
+        self.timings.took(done - (check.begun or check.received))
 
     def sample(self) -> None:
         """Read every rank's record at the end of a slice; profile it too, under the class it had then."""

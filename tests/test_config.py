@@ -364,3 +364,36 @@ def test_moldable_sizing_qos_and_preemption_from_the_file_and_the_command_line(t
 def test_bad_moldable_qos_and_preemption_settings_are_named(mm: dict[str, object], expected: str) -> None:
     with pytest.raises(ConfigError, match="^" + re.escape(expected)):
         load(None, {"mm": mm})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("9464", "'9464' is not HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464, or *:9464 for every interface;"),
+        ("http://127.0.0.1:9464", "'http://127.0.0.1:9464' is not HOST:PORT"),
+        ("127.0.0.1:", "is not HOST:PORT"),
+        (":9464", "is not HOST:PORT"),
+        ("::1:9464", "'::1:9464' is not HOST:PORT"),
+        ("127.0.0.1:99999", "'127.0.0.1:99999': port 99999 is not in 0-65535"),
+        ("127.0.0.1:-1", "is not HOST:PORT"),
+        ("localhost:9464/metrics", "is not HOST:PORT"),
+    ],
+)
+def test_a_bad_metrics_endpoint_is_refused_saying_what_is_expected(value: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(None, {"mm": {"metrics_endpoint": value}})
+    assert str(info.value).startswith("mm.metrics_endpoint: ") and expected in str(info.value)
+
+
+def test_the_metrics_endpoint_is_off_by_default_and_takes_hosts_ports_and_ipv6(tmp_path: Path) -> None:
+    assert load(None).mm.metrics_endpoint == ""
+    for value, address in (
+        ("127.0.0.1:9464", ("127.0.0.1", 9464)),
+        ("*:0", ("", 0)),
+        ("[::1]:9464", ("::1", 9464)),
+        ("mm-host.example:9100", ("mm-host.example", 9100)),
+    ):
+        config = load(write(tmp_path, f'[mm]\nmetrics_endpoint = "{value}"\n'))
+        assert c.metrics_address(config.mm.metrics_endpoint) == address
+    with pytest.raises(ConfigError, match=r"^mm\.metrics_endpoint: expected str, got 9464$"):
+        load(write(tmp_path, "[mm]\nmetrics_endpoint = 9464\n"))

@@ -61,6 +61,7 @@ RECORDS: dict[type, Any] = {
     p.LaunchJob: LAUNCH,  # in shell_launch
     p.HistoryEntry: EXAMPLES["history"].jobs[0],  # type: ignore[attr-defined]
     p.TaskRef: p.TaskRef(array_id=12, task=3),  # in cancel_jobs and list_jobs
+    p.SwitchTimings: EXAMPLES["node_status"].timings,  # in node_status
 }
 # No '/': a fuzzed submit must never name a real directory for its output.
 ALPHABET = "abcxyz0179 _-.:=é中\u2028"

@@ -132,6 +132,14 @@ EXAMPLES: dict[str, p.Message] = {
         switch_p50_ms=0.5,
         switch_p99_ms=2.5,
         suspended=(1,),
+        timings=p.SwitchTimings(
+            delivery=(0, 0, 3, 9) + (0,) * 10 + (1,),
+            delivery_sum=0.0125,
+            lateness=(12,) + (0,) * 14,
+            lateness_sum=0.0001,
+            late=1,
+            skewed=2,
+        ),
     ),
     "heartbeat": p.Heartbeat(epoch="m", seq=41, row=1, sent=1700000000.25, slice=0.1, resets=(3, 4)),
     "job_rows": p.JobRows(rows={"3": 0, "4": 1}),
@@ -384,6 +392,28 @@ def test_wrong_types_in_other_messages() -> None:
     assert isinstance(msg, p.KillJob) and msg.job_id == -(2**63)
     assert "kill_job.job_id: integer out of range" in rejected(
         {"op": "kill_job", "job_id": 2**64 - 1, "reason": ""}
+    )
+
+
+@pytest.mark.parametrize(
+    ("timings", "expected"),
+    [
+        ({"delivery": [1, -1]}, "bucket counts must be >= 0"),
+        ({"duration": [1] * 65}, "at most 64 bucket counts"),
+        ({"lateness": [1], "lateness_sum": -0.5}, "sums, late and skewed must be >= 0"),
+        ({"duration_sum": math.inf}, "timings.duration_sum: not a finite number"),
+        ({"late": -1}, "sums, late and skewed must be >= 0"),
+        ({"delivery": [1, True]}, "timings.delivery[1]: expected an integer, got bool"),
+        ({"delivery": [1, 2**63]}, "timings.delivery[1]: integer out of range"),  # past the C-level scan
+        ({"delivery": {"counts": [1]}}, "timings.delivery: expected a list, got dict"),
+        ([1, 2], "timings: expected a map, got list"),
+    ],
+)
+def test_a_nodes_timings_are_checked_like_the_rest_of_its_report(timings: Any, expected: str) -> None:
+    body = msgpack.unpackb(p.encode(EXAMPLES["node_status"]), raw=False)
+    assert expected in rejected({**body, "timings": timings})
+    assert p.decode(pack({**body, "timings": None})) == dataclasses.replace(
+        EXAMPLES["node_status"], timings=None
     )
 
 

@@ -360,6 +360,8 @@ def local_up(args: argparse.Namespace, directory: Path) -> int:
     )
     if directory != default_local_dir():
         print(f"  point the CLI at it with: export STORM_LOCAL_DIR={directory}")
+    if cluster.metrics_endpoint:
+        print(f"  Prometheus metrics: http://{cluster.metrics_endpoint}/metrics")
     print("  try: storm run -n 2 -- python -m storm.tools.apps.hello")
     if args.detach:
         return 0
@@ -527,7 +529,8 @@ def add_cluster_commands(sub: Any) -> None:
         "scale: issue 18's figures beside its goals (heartbeat spread, 1,024 emulated node managers, "
         "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins); "
         "history: storm history over 100,000 stored jobs, and storm-mm's answers while a big one runs; "
-        "arrays: submitting an array, a pass with held tasks, releasing dependents (in memory, no cluster)"
+        "arrays: submitting an array, a pass with held tasks, releasing dependents (in memory, no cluster); "
+        "metrics: what a scrape and the nodes' timings cost storm-mm (in memory, no cluster)"
     )
     which = (
         "launch",
@@ -545,6 +548,7 @@ def add_cluster_commands(sub: Any) -> None:
         "scale",
         "history",
         "arrays",
+        "metrics",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")

@@ -117,6 +117,7 @@ class LocalCluster:
     node_endpoint: str = ""
     heartbeat_endpoint: str = ""
     remote_endpoint: str = ""  # [mm] client_tcp_endpoint as bound, if set
+    metrics_endpoint: str = ""  # [mm] metrics_endpoint as bound (HOST:PORT), if set: GET /metrics there
 
     @property
     def config_path(self) -> Path:
@@ -267,6 +268,7 @@ class LocalCluster:
         self.endpoint, self.node_endpoint = info["client"], info["node"]
         self.heartbeat_endpoint = info.get("heartbeat", "")
         self.remote_endpoint = info.get("client_tcp", "")
+        self.metrics_endpoint = info.get("metrics", "")
 
     def start_nm(self, index: int) -> Daemon:
         cpus = sorted(os.sched_getaffinity(0))
@@ -411,6 +413,7 @@ class LocalCluster:
             "endpoint": self.endpoint,
             "node_endpoint": self.node_endpoint,
             "heartbeat_endpoint": self.heartbeat_endpoint,
+            "metrics_endpoint": self.metrics_endpoint,
             "nodes": self.nodes,
             "pes_per_node": self.pes_per_node,
             "policy": self.policy,
@@ -438,6 +441,7 @@ class LocalCluster:
         )  # fmt: skip
         cluster.endpoint, cluster.node_endpoint = state["endpoint"], state["node_endpoint"]
         cluster.heartbeat_endpoint = state.get("heartbeat_endpoint", "")
+        cluster.metrics_endpoint = state.get("metrics_endpoint", "")
         cluster.mm = Daemon(**state["mm"]) if state["mm"] else None
         cluster.nms = [Daemon(**d) for d in state["nms"]]
         cluster.emulators = [Daemon(**d) for d in state.get("emulators", [])]
