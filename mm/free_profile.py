@@ -59,7 +59,12 @@ class FreeProfile:
         times, free = self.times, self.free
         n = len(times)
         shape = (ranks, duration)
-        i = bisect_left(times, max(self._first.get(ranks, times[0]), self._found.get(shape, times[0])))
+        first = self._first.get(ranks, times[0])
+        begin = max(first, self._found.get(shape, times[0]))
+        # Only a scan from the first step with enough PEs learns (or rules out) that step: one that starts
+        # later, where an earlier search for this shape left off, skipped it.
+        learns = begin == first
+        i = bisect_left(times, begin)
         seen = False
         while i < n:
             if free[i] < ranks:
@@ -67,7 +72,8 @@ class FreeProfile:
                 continue
             if not seen:
                 seen = True
-                self._first[ranks] = times[i]
+                if learns:
+                    self._first[ranks] = times[i]
             end = times[i] + duration
             j = i + 1
             while j < n and times[j] < end and free[j] >= ranks:
@@ -76,7 +82,7 @@ class FreeProfile:
                 self._found[shape] = times[i]
                 return times[i]
             i = j + 1  # every start up to step j would cover step j, which has too few
-        if not seen:
+        if not seen and learns:
             self._first[ranks] = math.inf
         self._found[shape] = math.inf
         return math.inf

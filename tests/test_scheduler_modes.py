@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from storm.mm import matrix as matrix_module
+from storm.mm.free_profile import FreeProfile
 from storm.mm.matrix import Matrix
 from storm.mm.scheduler import BACKFILL_MODES, Plan, QueuedJob, Reservation, RunningJob, schedule
 from tests.scheduler_reference import ReferenceMatrix, reference_schedule
@@ -71,6 +74,19 @@ def test_an_unknown_mode_is_refused_before_anything_starts() -> None:
     with pytest.raises(ValueError, match="backfill must be one of easy, conservative, none"):
         schedule(0.0, [q(1, 1, 10)], running, matrix, backfill="aggressive")
     assert matrix.jobs() == {}
+
+
+def test_a_profile_search_that_found_nothing_for_one_duration_still_finds_a_shorter_one() -> None:
+    """Found by the property below: 3 PEs free now, 2 from 75 on. No unlimited 3-PE job ever fits, asked
+    twice (the second search starts where the first left off, past every step); a 15 s one fits now. The
+    second search once concluded that no step ever had 3 PEs free, and the third believed it."""
+    profile = FreeProfile(50.0, 3, [(75.0, 0)])  # a step at 75 (a job ending then on no usable PE)
+    profile.take(75.0, math.inf, 1)  # and a reservation from 75 on
+    assert (profile.times, profile.free) == ([50.0, 75.0], [3, 2])
+    assert profile.earliest(3, math.inf) == math.inf
+    assert profile.earliest(3, math.inf) == math.inf
+    assert profile.earliest(3, 15.0) == 50.0
+    assert profile.earliest(3, 30.0) == math.inf  # 50 + 30 runs into the step with 2
 
 
 # --------------------------------------------------------------------------------------------------------
