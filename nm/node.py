@@ -325,11 +325,13 @@ class Node:
     def _begin(self, beat: p.Heartbeat, received: float, wall: float, out: Outcome) -> None:
         """A slot begins: sample, classify, switch (into ``out``)."""
         switcher = self.switcher
-        if beat.at:
-            self.timings.began(beat.at, wall)
         if not switcher.units:  # no rank here: nothing to sample or classify (most nodes of an idle cluster)
             switcher.switch(beat.row, now=wall, seq=beat.seq, sent=beat.sent, received=received, at=beat.at)
+            if beat.at:
+                self.timings.began(beat.at, wall)
             return
+        if beat.at:
+            self.timings.began(beat.at, wall)
         self.sample()  # first: who is inside a blocking call as the slice ends
         changed = (
             self.classifier.end_of_slot(self.switcher.active, beat.resets, now=wall)

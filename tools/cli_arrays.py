@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from storm.mm import protocol as p
-from storm.mm.arrays import ArrayError, fold, parse_array
-from storm.mm.dependency import DependencyError, parse_dependency
+
+# mm/arrays.py and mm/dependency.py are imported where a job uses arrays or dependencies: every storm command
+# builds this parser, and most never need them (each storm call starts faster without).
 
 ARRAY_HELP = (
     "a job array, one job per task id, Slurm's syntax: 0-99, 1,3,5-7, 0-15:4; %%N runs at most N tasks at "
@@ -41,6 +42,11 @@ class UsageError(ValueError):
 def submit_fields(args: argparse.Namespace) -> dict[str, object]:
     """submit_job's array and dependency fields, checked here first; UsageError says what is wrong."""
     fields: dict[str, object] = {}
+    if not (args.array or args.dependency):
+        return fields
+    from storm.mm.arrays import ArrayError, parse_array
+    from storm.mm.dependency import DependencyError, parse_dependency
+
     try:
         if args.array:
             fields["array"] = str(parse_array(args.array))
@@ -106,6 +112,8 @@ def folded(jobs: Sequence[p.JobInfo]) -> list[tuple[str, p.JobInfo, int]]:
         if len(tasks) == 1:
             out.append((job_name(first), first, 1))
             continue
+        from storm.mm.arrays import fold, parse_array
+
         limit = parse_array(first.array).limit if first.array else 0
         ids = fold(sorted(t.array_task or 0 for t in tasks), limit)
         out.append((f"{first.array_id}_[{ids}]", first, len(tasks)))

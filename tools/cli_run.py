@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import secrets
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storm.mm import protocol as p
-from storm.tools.run_output import Assembler
+
+if TYPE_CHECKING:  # imported when a job is run: every storm command builds this parser, and starts faster
+    import socket  # (socket.py costs some 2 ms: the one-shot client uses _socket, see tools/zmtp.py)
+
+    from storm.tools.run_output import Assembler
 
 IDLE = 1.0  # seconds without a message after which the client says it is still there
 QUEUED_AFTER = 0.5  # a job still pending this long after its submission is said to be waiting
@@ -59,6 +61,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.array:  # one job's output on one terminal; srun has no --array either
         raise UsageError("storm run runs one job: submit an array with storm submit --array")
     argv, ranks, fields = submission(args)
+    import secrets
+
+    from storm.tools.run_output import Assembler
+
     token = secrets.token_hex(8)
     with Client(args.mm) as client:
         job_id = client.submit(argv, ranks, attach=token, **fields)
@@ -88,6 +94,8 @@ class Follower:
         self.closed: set[str] = set()  # streams of ours that nobody reads any more (a closed pipe)
 
     def run(self) -> int:
+        import socket
+
         wake_read, wake_write = socket.socketpair()
         wake_read.setblocking(False)
         wake_write.setblocking(False)
