@@ -437,3 +437,30 @@ def test_queue_folds_an_arrays_pending_tasks_by_reason_and_shows_running_tasks_o
 def test_job_references(refs: list[str], ids: tuple[int, ...], tasks: tuple[tuple[int, int], ...]) -> None:
     got_ids, got_tasks = cli_arrays.references(refs)
     assert got_ids == ids and [(t.array_id, t.task) for t in got_tasks] == list(tasks)
+
+
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["queue"], "queue"),
+        (["--mm", "ipc:///x", "show", "3"], "show"),
+        (["--mm=ipc:///x", "submit", "-n", "1", "--", "true"], "submit"),
+        (["--help"], ""),
+        ([], ""),
+    ],
+)
+def test_command_word(argv: list[str], word: str) -> None:
+    assert cli.command_word(argv) == word
+
+
+def test_a_parser_built_for_one_command_parses_it_as_the_whole_parser_does() -> None:
+    argv = ["--mm", "ipc:///x", "submit", "-n", "2", "--array", "0-3%2", "-d", "afterok:7", "--", "true"]
+    whole, one = cli.build_parser().parse_args(argv), cli.build_parser("submit").parse_args(argv)
+    assert vars(whole) == vars(one) and one.func is cli.cmd_submit
+    for command in cli.GROUPS:  # every command is built by its group
+        assert command in cli.build_parser(command)._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+
+
+def test_a_malformed_endpoint_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--mm", "x", "queue"]) == 1
+    assert "cannot connect to 'x'" in capsys.readouterr().err

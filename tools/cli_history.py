@@ -8,7 +8,6 @@ is defined in mm/accounting.py; who may see which jobs too.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import datetime
 import json
@@ -198,6 +197,8 @@ def render(jobs: list[p.HistoryEntry], fields: list[tuple[str, Field, int]], now
     headers = [header for header, _, _ in fields]
     if args.csv:
         out = _Lines()
+        import csv  # (only --csv needs it)
+
         writer = csv.writer(out, lineterminator="\n")
         if not args.noheader:
             writer.writerow(headers)

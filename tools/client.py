@@ -109,7 +109,14 @@ class Client:
         self._sock.setsockopt(zmq.LINGER, 0)
         if self.endpoint.startswith("tcp://"):
             self._curve()
-        self._sock.connect(self.endpoint)
+        try:
+            self._sock.connect(self.endpoint)
+        except zmq.ZMQError as exc:  # a malformed endpoint (--mm, $STORM_MM): said, not a traceback
+            self._sock.close()
+            raise ClientError(
+                "unreachable",
+                f"cannot connect to {self.endpoint!r}: {exc} (an endpoint is ipc://PATH or tcp://HOST:PORT)",
+            ) from None
 
     def _unreachable(self) -> ClientError:
         return ClientError(
