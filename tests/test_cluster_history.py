@@ -21,8 +21,12 @@ import pytest
 
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
-from tests.helpers import JOB_TIMEOUT, python_app, start_cluster, storm_cli
+from tests import test_cluster_users
+from tests.helpers import JOB_TIMEOUT, python_app, storm_cli
 from tests.test_cluster_users import OPERATOR, as_nobody, storm_as_nobody
+
+# test_cluster_users's cluster (other users reach its sockets; `daemon` an operator), one per module.
+cluster = test_cluster_users.cluster
 
 pytestmark = pytest.mark.slow
 
@@ -32,17 +36,6 @@ BURN = [
     sys.executable, "-c",
     f"import time\nt = time.process_time()\nwhile time.process_time() - t < {CPU_SECONDS}: pass",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    """A cluster other users reach (outside pytest's private tmp directory), `daemon` an operator."""
-    path = Path(tempfile.mkdtemp(prefix="storm-cluster-"))
-    path.chmod(0o755)
-    c = start_cluster(path, nodes=2, pes_per_node=1, mm_operators=[OPERATOR])
-    yield c
-    c.down()
-    shutil.rmtree(path)
 
 
 @pytest.fixture(scope="module")

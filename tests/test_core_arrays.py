@@ -15,20 +15,12 @@ from storm.mm import protocol as p
 from storm.mm.core import Rejected
 from storm.mm.memory_store import MemoryStore
 from storm.mm.protocol import JobLaunched, RankExit
-from storm.mm.storage import Storage
 from storm.mm.store import Store
+from tests import test_core
 from tests.test_core import T0, Core, S, done, make, reg, spec, state, status, take
 
-
-@pytest.fixture(params=["sqlite", "memory"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
-    """Each scenario runs on a real SQLite store and on the in-memory one, which must decide alike."""
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    s = Store(tmp_path / "storm.db")
-    yield s
-    s.close()
+# Each scenario on a real SQLite store and on the in-memory one, which must decide alike: test_core's fixture.
+store = test_core.store
 
 
 def submit(
