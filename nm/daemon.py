@@ -267,8 +267,8 @@ class NodeManager:
         except Exception:
             log.exception("error while beginning the slot of heartbeat %d; carrying on", seq)
             return
-        if out.to_mm or out.to_shells or out.check is not None or out.escalate or out.report_now:
-            self._carry_out(out)  # (most slots of an idle node: nothing more to do)
+        if out is not None:  # (most slots of an idle node: nothing more to do)
+            self._carry_out(out)
 
     async def _verify(self, check: SwitchCheck) -> None:
         self.node.switch_checked(check, await verify(self.os, check))

@@ -312,23 +312,34 @@ class Node:
             self._begin(beat, wall, wall, out)
         return out
 
-    def begin_slot(self, seq: int, wall: float) -> Outcome:
+    def begin_slot(self, seq: int, wall: float) -> Outcome | None:
         """The instant of heartbeat ``seq`` has come (``wall``: the wall clock now): its slot begins, unless
-        it began already (a newer heartbeat arrived first)."""
+        it began already (a newer heartbeat arrived first). None when that leaves the driver nothing to do:
+        an idle node's slot builds no Outcome (an emulator begins hundreds of them in turn at an instant)."""
+        pending = self.pending
+        if pending is None or pending[0].seq != seq:
+            return None
+        self.pending = None
+        beat, received = pending
+        if not self.switcher.units:
+            self._begin_idle(beat, received, wall)
+            return None
         out = Outcome()
-        if self.pending is not None and self.pending[0].seq == seq:
-            beat, received = self.pending
-            self.pending = None
-            self._begin(beat, received, wall, out)
+        self._begin(beat, received, wall, out)
         return out
+
+    def _begin_idle(self, beat: p.Heartbeat, received: float, wall: float) -> None:
+        """A slot begins on a node without ranks: nothing to sample, classify or signal."""
+        at = beat.at
+        self.switcher.switch(beat.row, now=wall, seq=beat.seq, sent=beat.sent, received=received, at=at)
+        if at:
+            self.timings.began(at, wall)
 
     def _begin(self, beat: p.Heartbeat, received: float, wall: float, out: Outcome) -> None:
         """A slot begins: sample, classify, switch (into ``out``)."""
         switcher = self.switcher
         if not switcher.units:  # no rank here: nothing to sample or classify (most nodes of an idle cluster)
-            switcher.switch(beat.row, now=wall, seq=beat.seq, sent=beat.sent, received=received, at=beat.at)
-            if beat.at:
-                self.timings.began(beat.at, wall)
+            self._begin_idle(beat, received, wall)
             return
         if beat.at:
             self.timings.began(beat.at, wall)

@@ -306,10 +306,15 @@ class ContextSwitcher:
         check, None if nothing was signalled. A heartbeat's switch says when it was ``received`` (default
         ``now``) and the instant ``at`` it named, for the trace."""
         self.active = active
-        # Without ranks or followers there is nothing to decide or signal: a thousand idle nodes' switch at
-        # one instant is this and the trace line (storm bench scale's emulated part).
-        expected = self._apply(self.decide(active)) if self.units or self.followers else None
         arrived = now if received is None else received
+        if not (self.units or self.followers):
+            # Nothing to decide or signal: a thousand idle nodes' switch at one instant is this and the trace
+            # line (storm bench scale's emulated part), hence the calls inlined.
+            if self.trace is not None and seq >= 0:
+                row = -1 if active is None else active
+                self.trace(TraceLine(seq, row, sent or 0.0, arrived, now, 0, at, now))
+            return None
+        expected = self._apply(self.decide(active))
         if not expected:
             if self.trace is not None and seq >= 0:
                 self._record(TraceLine(seq, _row(active), sent or 0.0, arrived, now, 0, at, now))

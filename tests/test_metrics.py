@@ -108,7 +108,7 @@ def test_a_node_counts_delivery_lateness_and_switches_from_its_registration_with
     out = node.heartbeat(hb(1, 0, T0, at=T0 + 0.02), T0, T0 + 0.003)
     assert out.slot == (1, T0 + 0.02)
     out = node.begin_slot(1, T0 + 0.0204)  # 0.4 ms late
-    assert out.check is not None
+    assert out is not None and out.check is not None
     node.switch_checked(out.check, T0 + 0.0204 + 0.0007)
     # One that names no instant switches on arrival: its delivery counted (60 ms), no lateness.
     out = node.heartbeat(hb(2, 1, T0 + 0.1), T0 + 0.16, T0 + 0.16)

@@ -47,12 +47,29 @@ def test_a_slot_begins_at_the_instant_its_heartbeat_names_not_on_arrival(tmp_pat
     assert out.slot == (1, T0 + LEAD) and out.check is None
     assert fake.stopped == set()  # nothing switched yet
     out = node.begin_slot(1, T0 + LEAD)
-    assert out.check is not None and fake.stopped == set(pids.values())
+    assert out is not None and out.check is not None and fake.stopped == set(pids.values())
     node.switch_checked(out.check, T0 + LEAD + 0.0002)
     assert lines[-1] == TraceLine(1, 0, T0, arrived, T0 + LEAD + 0.0002, 2, T0 + LEAD, T0 + LEAD)
-    assert node.begin_slot(1, T0 + LEAD) == type(out)()  # once only
+    assert node.begin_slot(1, T0 + LEAD) is None  # once only
     status = node.reports()[0]
     assert isinstance(status, p.NodeStatus) and (status.late_beats, status.skewed_beats) == (0, 0)
+
+
+def test_an_idle_node_begins_its_slot_at_the_instant_and_leaves_its_driver_nothing(tmp_path: Path) -> None:
+    node, _fake, _measured = make(tmp_path)
+    lines: list[TraceLine] = []
+    node.switcher.trace = lines.append
+    node.from_mm(registered("gang"), T0)
+    arrived = T0 + 0.001
+    assert node.heartbeat(beat(1, 1, T0), arrived, arrived).slot == (1, T0 + LEAD)
+    assert lines == []  # waiting for its instant
+    assert node.begin_slot(1, T0 + LEAD + 0.0003) is None  # no rank: no Outcome for the driver
+    assert lines == [TraceLine(1, 1, T0, arrived, T0 + LEAD + 0.0003, 0, T0 + LEAD, T0 + LEAD + 0.0003)]
+    assert node.switcher.active == 1
+    assert node.begin_slot(1, T0 + LEAD + 0.001) is None and len(lines) == 1  # once only
+    status = node.reports()[0]
+    assert isinstance(status, p.NodeStatus) and status.timings is not None
+    assert status.timings.lateness_sum == pytest.approx(0.0003)
 
 
 def test_a_heartbeat_after_its_instant_switches_at_once_and_is_counted_late(tmp_path: Path) -> None:
@@ -98,7 +115,7 @@ def test_a_newer_heartbeat_begins_a_pending_slot_at_once_and_its_old_timer_then_
     out = node.heartbeat(beat(2, 1, T0 + 0.1), T0 + 0.1, T0 + 0.1)
     assert out.slot == (2, T0 + 0.1 + LEAD) and fake.stopped == set(pids.values())
     assert [line.seq for line in lines] == []  # slot 1's switch awaits its check
-    assert node.begin_slot(1, T0 + 0.101).check is None  # slot 1's timer, late: nothing
+    assert node.begin_slot(1, T0 + 0.101) is None  # slot 1's timer, late: nothing
     out = node.begin_slot(2, T0 + 0.1 + LEAD)
     assert fake.stopped == set()  # row 1 runs
 
