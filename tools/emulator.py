@@ -79,7 +79,9 @@ TICK_SECONDS = 0.2  # the core's clock: heartbeats that stopped (storm-nm ticks 
 # The timer of an instant fires this early (nm/daemon.py's rule, but earlier: this loop serves hundreds of
 # nodes and fired 0.2-1.0 ms after a timer's time, and the warm pass takes half a millisecond).
 SLOT_EARLY = 0.003
-WARM_AHEAD = 0.001  # the nodes' state is read into the cache before an instant at least this far ahead
+# The nodes' state is read into the cache this long before an instant (the warm pass takes about half of it):
+# as late as that, so that what runs on the CPU meanwhile has little time to evict it again.
+WARM_AHEAD = 0.0008
 STOP_WAIT_SECONDS = 3.0
 EMULATOR_PRIORITY = PRIORITY - 5  # SCHED_FIFO, below storm-mm's and storm-nm's (see the docstring)
 TRACE_FLUSH_SECONDS = 1.0
@@ -368,7 +370,9 @@ class Emulator:
 
     def _slots_due(self, at: float) -> None:
         waiting = self.slots.pop(at, [])
-        if at - time.time() > WARM_AHEAD:
+        left = at - WARM_AHEAD - time.time()
+        if left > 0:
+            time.sleep(left)
             warm(waiting)
         left = at - time.time()
         if left > 0:
