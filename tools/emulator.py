@@ -20,10 +20,10 @@ thousand nodes in one process would otherwise cost a thousand times as much, eac
   loop's only reader: a heartbeat costs a node a few microseconds, not an asyncio callback of its own;
 - identical heartbeat bytes are decoded once (every node gets the same bytes; decoding is per node and in
   parallel on real nodes);
-- nodes whose heartbeats name the same instant share one timer, which fires SLOT_EARLY before it, reads
-  their cores' state into the CPU's cache (:func:`warm`) and sleeps the rest (nm/daemon.py's rule), then
-  begins each node's slot in turn: each node's trace says when its own switch began, so the serial cost of
-  a thousand cores on one CPU shows in the spread;
+- nodes whose heartbeats name the same instant share one timer, which fires SLOT_EARLY before it and
+  sleeps the rest (nm/daemon.py's rule), reading their cores' state into the CPU's cache (:func:`warm`)
+  WARM_AHEAD before the instant; then it begins each node's slot in turn: each node's trace says when its
+  own switch began, so the serial cost of a thousand cores on one CPU shows in the spread;
 - trace lines (``--emulator-trace``, one file per emulator: ``NODE seq row sent received done ranks at
   begun``) are kept in memory, each node's in a list of its own, and written after a slot's switches, at
   most once a second;
