@@ -70,6 +70,11 @@ def _numbered(mapping: dict[str, int], least: int) -> bool:
     )
 
 
+def _token(text: str) -> bool:
+    """A streamed job's token (SubmitJob.attach, AttachOutput.token): up to 64 letters, digits, '-', '_'."""
+    return len(text) <= 64 and all(c.isascii() and (c.isalnum() or c in "-_") for c in text)
+
+
 # Checks that several messages make, each written (and worded) once.
 
 
