@@ -120,6 +120,15 @@ from storm.mm.protocol.records import RankSlot as RankSlot
 from storm.mm.protocol.records import RankStats as RankStats
 from storm.mm.protocol.records import _check_pids, _numbered, _plain, _token
 from storm.mm.protocol.records import default_f_thresh as default_f_thresh
+from storm.mm.protocol.shell import RankAborted as RankAborted
+from storm.mm.protocol.shell import RankExited as RankExited
+from storm.mm.protocol.shell import RanksStarted as RanksStarted
+from storm.mm.protocol.shell import ShellDone as ShellDone
+from storm.mm.protocol.shell import ShellHello as ShellHello
+from storm.mm.protocol.shell import ShellLaunch as ShellLaunch
+from storm.mm.protocol.shell import ShellReady as ShellReady
+from storm.mm.protocol.shell import ShellRetire as ShellRetire
+from storm.mm.protocol.shell import ShellStop as ShellStop
 from storm.mm.protocol.timings import TIMING_BOUNDS as TIMING_BOUNDS
 from storm.mm.protocol.timings import TIMING_BUCKETS_MAX as TIMING_BUCKETS_MAX
 from storm.mm.protocol.timings import SwitchTimings as SwitchTimings
@@ -127,93 +136,6 @@ from storm.mm.states import ACTIVE_STATES as ACTIVE_STATES
 from storm.mm.states import TERMINAL_STATES as TERMINAL_STATES
 from storm.mm.states import JobState as JobState
 from storm.mm.states import NodeState as NodeState
-
-# --------------------------------------------------------------------------------------------------------
-# Job shell <-> NM
-
-
-@message("shell_hello")
-@dataclass(frozen=True, kw_only=True)
-class ShellHello(Message):
-    job_id: int
-    pid: int
-
-    def __post_init__(self) -> None:
-        _check(self.pid >= 1, "pid must be >= 1")
-
-
-@message("ranks_started")
-@dataclass(frozen=True, kw_only=True)
-class RanksStarted(Message):
-    job_id: int
-    pids: dict[str, int]
-
-    def __post_init__(self) -> None:
-        _check_pids(self.pids)
-
-
-@message("rank_aborted")
-@dataclass(frozen=True, kw_only=True)
-class RankAborted(Message):
-    """A rank called MPI_Abort. MPICH does not exit after it: the job must be stopped from outside."""
-
-    job_id: int
-    exit: RankExit
-
-
-@message("rank_exited")
-@dataclass(frozen=True, kw_only=True)
-class RankExited(Message):
-    job_id: int
-    exit: RankExit
-
-
-@message("shell_done")
-@dataclass(frozen=True, kw_only=True)
-class ShellDone(Message):
-    job_id: int
-    exits: tuple[RankExit, ...]
-
-
-@message("shell_ready")
-@dataclass(frozen=True, kw_only=True)
-class ShellReady(Message):
-    """A job shell is connected (sent first on every connection): the NM may send it launches."""
-
-    pid: int
-
-    def __post_init__(self) -> None:
-        _check(self.pid >= 1, "pid must be >= 1")
-
-
-@message("shell_launch")
-@dataclass(frozen=True, kw_only=True)
-class ShellLaunch(Message):
-    """Start the node's ranks of ``launch`` (NM -> job shell). ``jobdir`` is the job's directory on the
-    node; ``hook_library`` is mpihook's library to preload ("": none), ``hook_segment`` its statistics
-    segment ("": the hook only passes calls through) and ``hook_environment`` MPICH settings for its waits
-    (a variable the job set itself wins)."""
-
-    launch: LaunchJob
-    jobdir: str
-    hook_library: str = ""
-    hook_segment: str = ""
-    hook_environment: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-@message("shell_stop")
-@dataclass(frozen=True, kw_only=True)
-class ShellStop(Message):
-    """Stop every process of the job (NM -> job shell): its ranks end, and it spawns nothing more."""
-
-    job_id: int
-
-
-@message("shell_retire")
-@dataclass(frozen=True, kw_only=True)
-class ShellRetire(Message):
-    """Exit once no job's processes run any more (NM -> job shell): the NM gives it no more jobs."""
-
 
 # --------------------------------------------------------------------------------------------------------
 # Dynamic processes and names (see the module's docstring)
