@@ -61,6 +61,37 @@ from storm.mm.codec import message
 from storm.mm.codec import peek_req as peek_req
 from storm.mm.codec import prepare_decoding as prepare_decoding
 from storm.mm.codec import registered_ops as registered_ops
+from storm.mm.states import ACTIVE_STATES as ACTIVE_STATES
+from storm.mm.states import TERMINAL_STATES as TERMINAL_STATES
+from storm.mm.states import JobState as JobState
+from storm.mm.states import NodeState as NodeState
+
+# Every message and record, from the module that declares it. Importing a module registers its messages with
+# the codec (@message), so importing this package registers them all. The modules come in the order of the
+# sections of the single module they were split from, which keeps the order registered_ops() lists the ops
+# in; "isort: split" keeps ruff from sorting them by name.
+# isort: split
+from storm.mm.protocol.records import CLASSES as CLASSES
+from storm.mm.protocol.records import CS_THRESH as CS_THRESH
+from storm.mm.protocol.records import JOB_STATES as JOB_STATES
+from storm.mm.protocol.records import NODE_STATES as NODE_STATES
+from storm.mm.protocol.records import POLICIES as POLICIES
+from storm.mm.protocol.records import PROTOCOL_VERSION as PROTOCOL_VERSION
+from storm.mm.protocol.records import RANK_STATES as RANK_STATES
+from storm.mm.protocol.records import BoxInfo as BoxInfo
+from storm.mm.protocol.records import ClassChange as ClassChange
+from storm.mm.protocol.records import FcsParameters as FcsParameters
+from storm.mm.protocol.records import JobInfo as JobInfo
+from storm.mm.protocol.records import Klass as Klass
+from storm.mm.protocol.records import NodeInfo as NodeInfo
+from storm.mm.protocol.records import Policy as Policy
+from storm.mm.protocol.records import ProfileEntry as ProfileEntry
+from storm.mm.protocol.records import RankExit as RankExit
+from storm.mm.protocol.records import RankSlot as RankSlot
+from storm.mm.protocol.records import RankStats as RankStats
+from storm.mm.protocol.records import default_f_thresh as default_f_thresh
+
+# isort: split
 from storm.mm.protocol.client import LIST_PAGE as LIST_PAGE
 from storm.mm.protocol.client import CancelJobs as CancelJobs
 from storm.mm.protocol.client import CancelResult as CancelResult
@@ -83,6 +114,8 @@ from storm.mm.protocol.client import TaskRef as TaskRef
 from storm.mm.protocol.client import TorusView as TorusView
 from storm.mm.protocol.client import WaitJob as WaitJob
 from storm.mm.protocol.client import error_for as error_for
+
+# isort: split
 from storm.mm.protocol.node import Ack as Ack
 from storm.mm.protocol.node import Heartbeat as Heartbeat
 from storm.mm.protocol.node import JobLaunched as JobLaunched
@@ -100,26 +133,8 @@ from storm.mm.protocol.node import RegisterNode as RegisterNode
 from storm.mm.protocol.node import Reregister as Reregister
 from storm.mm.protocol.node import ResumeJob as ResumeJob
 from storm.mm.protocol.node import SuspendJob as SuspendJob
-from storm.mm.protocol.records import CLASSES as CLASSES
-from storm.mm.protocol.records import CS_THRESH as CS_THRESH
-from storm.mm.protocol.records import JOB_STATES as JOB_STATES
-from storm.mm.protocol.records import NODE_STATES as NODE_STATES
-from storm.mm.protocol.records import POLICIES as POLICIES
-from storm.mm.protocol.records import PROTOCOL_VERSION as PROTOCOL_VERSION
-from storm.mm.protocol.records import RANK_STATES as RANK_STATES
-from storm.mm.protocol.records import BoxInfo as BoxInfo
-from storm.mm.protocol.records import ClassChange as ClassChange
-from storm.mm.protocol.records import FcsParameters as FcsParameters
-from storm.mm.protocol.records import JobInfo as JobInfo
-from storm.mm.protocol.records import Klass as Klass
-from storm.mm.protocol.records import NodeInfo as NodeInfo
-from storm.mm.protocol.records import Policy as Policy
-from storm.mm.protocol.records import ProfileEntry as ProfileEntry
-from storm.mm.protocol.records import RankExit as RankExit
-from storm.mm.protocol.records import RankSlot as RankSlot
-from storm.mm.protocol.records import RankStats as RankStats
-from storm.mm.protocol.records import _token
-from storm.mm.protocol.records import default_f_thresh as default_f_thresh
+
+# isort: split
 from storm.mm.protocol.shell import RankAborted as RankAborted
 from storm.mm.protocol.shell import RankExited as RankExited
 from storm.mm.protocol.shell import RanksStarted as RanksStarted
@@ -129,6 +144,8 @@ from storm.mm.protocol.shell import ShellLaunch as ShellLaunch
 from storm.mm.protocol.shell import ShellReady as ShellReady
 from storm.mm.protocol.shell import ShellRetire as ShellRetire
 from storm.mm.protocol.shell import ShellStop as ShellStop
+
+# isort: split
 from storm.mm.protocol.spawn import NAME_OPS as NAME_OPS
 from storm.mm.protocol.spawn import PORT_MAX as PORT_MAX
 from storm.mm.protocol.spawn import SERVICE_MAX as SERVICE_MAX
@@ -140,90 +157,19 @@ from storm.mm.protocol.spawn import Spawned as Spawned
 from storm.mm.protocol.spawn import SpawnExited as SpawnExited
 from storm.mm.protocol.spawn import SpawnFailed as SpawnFailed
 from storm.mm.protocol.spawn import SpawnsView as SpawnsView
+
+# isort: split
+from storm.mm.protocol.output import OUTPUT_CHUNK as OUTPUT_CHUNK
+from storm.mm.protocol.output import OUTPUT_WINDOW as OUTPUT_WINDOW
+from storm.mm.protocol.output import STREAMS as STREAMS
+from storm.mm.protocol.output import AttachOutput as AttachOutput
+from storm.mm.protocol.output import JobOutput as JobOutput
+from storm.mm.protocol.output import OutputAttached as OutputAttached
+
+# isort: split
 from storm.mm.protocol.timings import TIMING_BOUNDS as TIMING_BOUNDS
 from storm.mm.protocol.timings import TIMING_BUCKETS_MAX as TIMING_BUCKETS_MAX
 from storm.mm.protocol.timings import SwitchTimings as SwitchTimings
-from storm.mm.states import ACTIVE_STATES as ACTIVE_STATES
-from storm.mm.states import TERMINAL_STATES as TERMINAL_STATES
-from storm.mm.states import JobState as JobState
-from storm.mm.states import NodeState as NodeState
-
-# --------------------------------------------------------------------------------------------------------
-# Streamed output (`storm run`)
-#
-# A job submitted with ``attach`` (a token the client chose) is streamed: its launches say ``stream``, and
-# the job shell gives each rank a pipe for stdout and one for stderr instead of the files. It copies what it
-# reads to the job's files, as the ranks would have written them, and forwards each chunk as ``job_output``
-# to its NM, which relays it to storm-mm over its link, which relays it to the clients attached to the job.
-# Every hop drops a chunk rather than wait or queue without bound (the shell's and the NM's when their link
-# to the next one is backed up, storm-mm when a client has more than OUTPUT_WINDOW bytes unacknowledged): the
-# ranks, the NM and storm-mm never wait for a terminal, and the files keep everything. A chunk's ``offset``
-# says where it lies in its rank's stream, so a client sees a gap for what was dropped; the last message of
-# each stream (``eof``, no data) is never dropped and gives the stream's length.
-#
-# The client attaches in its submission (so it misses nothing), and again with ``attach_output``, which also
-# acknowledges what it received (``received``: bytes since it attached to this storm-mm) and so opens the
-# window; a client that sends it every few seconds finds out that storm-mm restarted (``mm_epoch``) and is
-# attached again. A job's attachments end with it.
-
-STREAMS = ("out", "err")
-OUTPUT_CHUNK = 16 << 10  # bytes of one job_output at most: the queues on the way hold messages, not bytes
-OUTPUT_WINDOW = 1 << 20  # bytes storm-mm sends one client beyond what it acknowledged
-
-
-@message("job_output")
-@dataclass(frozen=True, kw_only=True)
-class JobOutput(Message):
-    """A chunk of what a rank of a streamed job wrote (job shell -> NM -> MM -> attached clients).
-
-    ``stream`` "out" or "err"; ``seq`` numbers the chunks of the rank's stream from 0; ``offset`` is where
-    ``data`` begins in it. ``eof``: the stream is closed, ``offset`` is its length and ``data`` empty."""
-
-    job_id: int
-    node: str
-    rank: int
-    stream: str
-    seq: int
-    offset: int
-    data: bytes = b""
-    eof: bool = False
-
-    def __post_init__(self) -> None:
-        _check(self.stream in STREAMS, f"stream must be one of {STREAMS}, not {self.stream!r}")
-        _check(self.rank >= 0 and self.seq >= 0 and self.offset >= 0, "rank, seq and offset must be >= 0")
-        _check(len(self.data) <= OUTPUT_CHUNK, f"a chunk holds at most {OUTPUT_CHUNK} bytes")
-        _check(not (self.eof and self.data), "an eof chunk carries no data")
-
-
-@message("attach_output")
-@dataclass(frozen=True, kw_only=True)
-class AttachOutput(Request):
-    """Attach (again) to a job's output as ``token``, having received ``received`` bytes of it since this
-    storm-mm attached it (0 after a restart). Answered with ``output_attached``."""
-
-    job_id: int
-    token: str
-    received: int = 0
-
-    def __post_init__(self) -> None:
-        _check(bool(self.token) and _token(self.token), "token: 1 to 64 letters, digits, '-' or '_'")
-        _check(self.received >= 0, "received must be >= 0")
-
-
-@message("output_attached")
-@dataclass(frozen=True, kw_only=True)
-class OutputAttached(Reply):
-    """The job's state now, and which storm-mm (``mm_epoch``) relays its output: a new epoch means a restart,
-    and output written meanwhile did not reach the client."""
-
-    job_id: int
-    mm_epoch: str
-    state: str
-    reason: str = ""
-
-    def __post_init__(self) -> None:
-        _check(self.state in JOB_STATES, f"unknown job state {self.state!r}")
-
 
 # Accounting: `storm history` (sacct's job). storm-mm answers from a read-only connection to its store, off
 # its event loop (mm/history_db.py); who may see what is mm/accounting.py's.

@@ -75,7 +75,7 @@ class SubmitJob(Request):
     # Its quality of service (`storm submit --qos`), whose priority orders the queue and, with [mm]
     # preemption, lets it suspend running jobs of a lower one; "" is "normal". [mm] qos_users says who may.
     qos: str = ""
-    # `storm run`: the client's token for the job's output stream ("": not streamed; see "Streamed output").
+    # `storm run`: the client's token for the job's output stream ("": not streamed; see output.py).
     attach: str = ""
     # Job arrays and dependencies, in Slurm's notation (mm/arrays.py, mm/dependency.py): one job per task
     # id of ``array`` ("0-99%10"), submitted together (one request, one commit); ``dependency``
