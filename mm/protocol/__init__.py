@@ -36,13 +36,29 @@ Dynamic processes (MPI_Comm_spawn, see nm/spawn.py) and names (MPI_Publish_name 
 - client -> MM: ``get_spawns`` -> ``spawns`` (what a job spawned; any user may read it, as stats).
 
 Streamed output (``storm run``): shell -> NM -> MM -> client ``job_output``; client -> MM ``attach_output``
--> ``output_attached`` (see its section).
+-> ``output_attached`` (see output.py).
 
 Decoding validates everything: the op must be known, each field must have its declared type (``bool`` is not
 an ``int``, lists become tuples), the size must be under the link's limit, and each message's own
 ``__post_init__`` rejects impossible values. Fields a message does not declare are ignored, so that a newer
 peer can add fields without breaking an older one. Any failure raises :class:`ProtocolError`, never anything
 else, so a daemon can answer with ``error`` and carry on.
+
+Where the classes are: each link's messages in a module of this package, as below. Import every name from
+here (``storm.mm.protocol``): this module re-exports them all and, by importing every module, registers every
+message with the codec.
+
+- records.py: the records nested in messages (RankExit, JobInfo, RankStats, FcsParameters, ...), the wire's
+  vocabularies (Policy, Klass, the state names), PROTOCOL_VERSION and the checks several links share.
+- client.py: client <-> MM requests and replies (``error``, ``submit_job`` ... ``node_list``), error_for.
+- node.py: storm-nm <-> storm-mm, ``heartbeat`` included (``register_node`` ... ``pmi_barrier_out``).
+- shell.py: job shell <-> storm-nm (``shell_hello`` ... ``shell_retire``).
+- spawn.py: dynamic processes and names (``spawned`` ... ``pmi_name_result``, ``get_spawns``).
+- output.py: streamed output (``job_output``, ``attach_output``, ``output_attached``).
+- history.py: accounting (``job_history`` -> ``history``).
+- timings.py: the heartbeat and switch timings a node reports in ``node_status`` (SwitchTimings).
+
+The machinery (msgpack, the validating decoder, the registry of ops) is mm/codec.py's.
 """
 
 from __future__ import annotations
