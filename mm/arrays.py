@@ -5,7 +5,7 @@ an optional ``%N`` at the end, the most tasks of the array that may run at once 
 is a job of its own, with its own id; the array's id is its first task's (Slurm's ArrayJobId), and users
 name a task ``ARRAY_TASK`` (``123_7``).
 
-Only the standard library here: the protocol (mm/protocol.py) checks a submission's ``--array`` with
+Only the standard library here: the protocol (mm/protocol/client.py) checks a submission's ``--array`` with
 :func:`parse_array`, the CLI parses with it before it sends anything, and storm-mm expands the task ids,
 fills in each task's environment (:func:`task_env`) and its ``%A``/``%a`` output names
 (:func:`expand_array`). A parse never expands the ranges: ``0-4000000`` costs a few tuples until storm-mm has

@@ -1,7 +1,8 @@
 """``dataclass``: dataclasses.dataclass whose generated methods are compiled once and kept between runs.
 
-protocol.py builds every message and record with it, so that a short ``storm`` command does not spend a fifth
-of its life compiling the same few hundred methods again (issue 18; see _CompiledMethods for how and why).
+mm/protocol/'s modules build every message and record with it, so that a short ``storm`` command does not
+spend a fifth of its life compiling the same few hundred methods again (issue 18; see _CompiledMethods for
+how and why).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class _CompiledMethods:
 
     dataclasses writes each method of a class (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, and for
     a frozen class ``__setattr__`` and ``__delattr__``) as source text and compiles it with exec(): 348
-    compilations for protocol.py, three quarters of the time its import took, at every start of every storm
+    compilations for the protocol, three quarters of the time its import took, at every start of every storm
     program (about 20 ms of the 100 a `storm submit` took on a 2-core VM). The text depends only on the
     class, so its compiled code is kept as Python keeps a module's: in the module's ``__pycache__``, written
     at exit when something had to be compiled, unless bytecode is not written (PYTHONDONTWRITEBYTECODE).
@@ -88,7 +89,8 @@ T = TypeVar("T")
 @typing.dataclass_transform(field_specifiers=(dataclasses.field,))
 def dataclass(*, frozen: bool = False, kw_only: bool = False) -> Callable[[type[T]], type[T]]:
     """``dataclasses.dataclass``: the same class, its methods the same code, but compiled once and kept
-    (see _CompiledMethods). protocol.py builds every message and record with it."""
+    (see _CompiledMethods). mm/protocol/'s modules build every message and record with it, each module's
+    methods kept in a file of its own next to its bytecode."""
 
     def build(cls: type[T]) -> type[T]:
         compiled = _COMPILED.get(cls.__module__)

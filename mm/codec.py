@@ -1,7 +1,9 @@
-"""The machinery under mm/protocol.py: typed messages as frozen dataclasses, msgpack on the wire, and a
-decoder that validates every field against its declared type (the rules are in protocol.py's docstring).
+"""The machinery under mm/protocol/: typed messages as frozen dataclasses, msgpack on the wire, and a
+decoder that validates every field against its declared type (the rules are in the docstring of
+storm.mm.protocol, mm/protocol/__init__.py).
 
-Only the messages themselves live in protocol.py, so that one module documents them all.
+Only the messages themselves live in mm/protocol/ (a module per link), so that one package, whose docstring
+documents them all, holds them all.
 """
 
 from __future__ import annotations

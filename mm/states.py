@@ -1,7 +1,7 @@
 """The states a job and a node can be in, as every program names them (on the wire, in the store, on screen).
 
 Only the standard library here, so that any module, pure or not, can name a state without pulling in more:
-mm/jobs.py checks a job's moves between them, mm/nodes.py a node's, mm/protocol.py validates them on decode
+mm/jobs.py checks a job's moves between them, mm/nodes.py a node's, mm/protocol/ validates them on decode
 (and re-exports them: the wire is where they are defined for peers), mm/store.py keeps them.
 StrEnum members are their strings: msgpack and SQLite store them as such, and ``"RUNNING" ==
 JobState.RUNNING``, so a state decoded as ``str`` compares with a member directly.

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from storm.mm.protocol import FcsParameters, Klass, Policy
 
-__all__ = ["Klass"]  # defined with the wire (mm/protocol.py); imported from here by the node's modules
+__all__ = ["Klass"]  # defined with the wire (mm/protocol/records.py); the node's modules import it from here
 
 
 @dataclass(frozen=True)

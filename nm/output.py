@@ -1,7 +1,7 @@
 """A streamed job's output in its job shell (``storm run``): each rank writes its stdout and its stderr into
 a pipe of its own, which the job shell reads as the rank writes. Every chunk read is written to the job's
 file at once (the file the rank would have written itself: ``--output``/``--error`` as for any job) and
-forwarded to the NM as ``job_output`` (mm/protocol.py, "Streamed output"), which drops it if its link is
+forwarded to the NM as ``job_output`` (mm/protocol/output.py), which drops it if its link is
 backed up: a slow terminal never holds a rank up, and the files keep everything.
 
 A job that is not streamed has none of this: its ranks write their files directly, as they always did.

@@ -3,7 +3,7 @@ exit code, as ``srun``, ``mpiexec`` and ``flux run`` do.
 
 The job is submitted as ``storm submit`` would (the same options) and attached to: its ranks write into
 pipes on their nodes, their job shells copy everything to the job's files as for any job and forward it
-through the node managers and storm-mm to this client (mm/protocol.py, "Streamed output"). Every hop drops
+through the node managers and storm-mm to this client (mm/protocol/output.py). Every hop drops
 what the next one cannot take rather than hold a rank up; the gaps are counted here and said on stderr.
 
 While it waits the client says it is still there every IDLE seconds (``attach_output``, which also

@@ -1,8 +1,8 @@
 """What ``storm run`` writes to the terminal of a job's streamed output: pure, so it is unit tested.
 
-Chunks (mm/protocol.py's ``job_output``) come per rank and stream in order, but some may be missing: every
-hop drops what its next one cannot take rather than hold up the ranks. A chunk's offset shows the gap, and
-the end of each stream (never dropped) its length, so :class:`Assembler` counts what the terminal missed.
+Chunks (``job_output``, mm/protocol/output.py) come per rank and stream in order, but some may be missing:
+every hop drops what its next one cannot take rather than hold up the ranks. A chunk's offset shows the gap,
+and the end of each stream (never dropped) its length, so :class:`Assembler` counts what the terminal missed.
 A requeued job's next run starts its streams again (sequence 0): they are written as new ones.
 With ``label`` (as ``srun --label``) each complete line is prefixed by its rank, ``0: text``; a partial line
 waits for its end (or for the stream's end, or a gap, when it is written as a line of its own).
