@@ -5,7 +5,8 @@ before anyone is told about it. The MM holds unfinished jobs in memory and reads
 Node records survive restarts so that a restarted MM knows which nodes to wait for.
 
 The schema has a version (``meta.schema_version``); a store written by an older storm-mm is migrated in place,
-in one transaction, when it is opened. A store from a newer storm-mm is refused rather than misread.
+in one transaction, when it is opened. A store from a newer storm-mm is refused rather than misread. The
+schema and its migrations are in mm/store_schema.py, a job's row in mm/job_rows.py.
 """
 
 from __future__ import annotations
@@ -18,272 +19,12 @@ from pathlib import Path
 import msgpack
 
 from storm.mm.accounting import Usage
+from storm.mm.job_rows import JOB_COLUMNS, pack_box, pack_spec, row_to_job, spec_field
 from storm.mm.jobs import Job, JobSpec
 from storm.mm.protocol import ClassChange, ProfileEntry, RankExit
-from storm.mm.states import ACTIVE_STATES, JobState
+from storm.mm.states import JobState
 from storm.mm.storage import NodeRecord, StoreError
-from storm.mm.torus import Box
-
-SCHEMA_VERSION = 8
-
-
-def _sql_states(states: frozenset[JobState]) -> str:
-    """An SQL list of job states, in JobState's order: the same text on every start."""
-    return "(" + ", ".join(f"'{s}'" for s in JobState if s in states) + ")"
-
-
-_UNFINISHED = _sql_states(frozenset(s for s in JobState if not s.terminal))  # queued or holding PEs
-_PLACED = _sql_states(ACTIVE_STATES)  # holding PEs
-
-# What turns a store of version N into version N + 1 (the schema below is always the newest).
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    # 2: jobs go back to the queue after a node failure (submit --requeue), and count how often.
-    1: ("ALTER TABLE jobs ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0",),
-    # 3: a placed job's PMI name, so that a restarted MM can send a launch a node missed (jobs placed by an
-    # older storm-mm have none: a node that missed theirs loses the job, as it did then).
-    2: ("ALTER TABLE jobs ADD COLUMN kvsname TEXT NOT NULL DEFAULT ''",),
-    # 4: which of a placed job's nodes share a host (its launches tell MPI), for the same reason.
-    3: ("ALTER TABLE jobs ADD COLUMN hosts TEXT NOT NULL DEFAULT ''",),
-    # 5: on a torus, the box a job holds ('' elsewhere, and for jobs of an older storm-mm).
-    4: ("ALTER TABLE jobs ADD COLUMN box TEXT NOT NULL DEFAULT ''",),
-    # 6: preemption by suspension: which job suspended a running one, since when, and its last resume (NULL:
-    # never, as for every job of an older storm-mm). A moldable job's range, its QOS and priority are in the
-    # spec (absent from older specs: a fixed size, normal, 0).
-    5: (
-        "ALTER TABLE jobs ADD COLUMN suspended_by INTEGER",
-        "ALTER TABLE jobs ADD COLUMN suspended_at REAL",
-        "ALTER TABLE jobs ADD COLUMN resumed_at REAL",
-    ),
-    # 7: accounting (storm history): who submitted a job, its name and size in columns of their own (filled
-    # from the specs of older jobs), what it used (CPU seconds, FCS class seconds: NULL, not measured), and
-    # the index the time window uses (jobs that had not ended by --since).
-    6: (
-        "ALTER TABLE jobs ADD COLUMN uid INTEGER NOT NULL DEFAULT -1",
-        "ALTER TABLE jobs ADD COLUMN user TEXT NOT NULL DEFAULT ''",
-        "ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT ''",
-        "ALTER TABLE jobs ADD COLUMN ranks INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE jobs ADD COLUMN cpu_user REAL",
-        "ALTER TABLE jobs ADD COLUMN cpu_system REAL",
-        "ALTER TABLE jobs ADD COLUMN time_cs REAL",
-        "ALTER TABLE jobs ADD COLUMN time_f REAL",
-        "ALTER TABLE jobs ADD COLUMN time_dc REAL",
-        "UPDATE jobs SET uid = storm_spec(spec, 'uid'), user = storm_spec(spec, 'user'),"
-        " name = storm_spec(spec, 'name'), ranks = storm_spec(spec, 'ranks')",
-        "CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end_time)",
-    ),
-    # 8: job arrays: a task's array id (its first task's job id) and task id (NULL outside arrays), indexed
-    # for `storm show 123_7`, `storm cancel 123` and a dependency on a whole array. The array's task ids and
-    # limit and a job's dependency are in the spec (absent from older specs: none). _INDEXES makes the index.
-    7: (
-        "ALTER TABLE jobs ADD COLUMN array_id INTEGER",
-        "ALTER TABLE jobs ADD COLUMN array_task INTEGER",
-    ),
-}
-
-# Indexes on columns a migration adds: made after the migrations (the schema script runs before them, on an
-# older table without those columns).
-_INDEXES = """
-CREATE INDEX IF NOT EXISTS jobs_array ON jobs (array_id, array_task) WHERE array_id IS NOT NULL;
-"""
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
--- kvsname: the PMI name of the job's current (or last) run. Its launches carry it and MPICH names its shared
--- memory after it; it is random per run, so it is kept for a restarted MM to send a lost launch again.
--- hosts: the host number of each of its nodes, as its launches give them (comma-separated; '': none).
--- box: on a torus, the box it holds, 'x,y,z/a,b,c' (base / shape); '' on a flat network.
--- suspended_by, suspended_at: while preemption holds a running job's ranks stopped, the job that suspended it
--- and since when (NULL otherwise); resumed_at: its last resume.
--- uid, user, name, ranks: the spec's, for storm history's filters (ranks: the size asked, a moldable job's
--- least). cpu_user, cpu_system: its ranks' CPU seconds; time_cs, time_f, time_dc: under FCS, its ranks'
--- seconds per class (mm/accounting.py); NULL until it ends, or not measured.
--- array_id, array_task: a task of a job array, its array's id (the first task's job id) and its task id.
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    state TEXT NOT NULL,
-    spec BLOB NOT NULL,
-    submit_time REAL NOT NULL,
-    start_time REAL,
-    end_time REAL,
-    exit_code INTEGER,
-    reason TEXT NOT NULL DEFAULT '',
-    placement BLOB NOT NULL,
-    row INTEGER,
-    ending TEXT,
-    suspended_time REAL NOT NULL DEFAULT 0,
-    requeues INTEGER NOT NULL DEFAULT 0,
-    kvsname TEXT NOT NULL DEFAULT '',
-    hosts TEXT NOT NULL DEFAULT '',
-    box TEXT NOT NULL DEFAULT '',
-    suspended_by INTEGER,
-    suspended_at REAL,
-    resumed_at REAL,
-    uid INTEGER NOT NULL DEFAULT -1,
-    user TEXT NOT NULL DEFAULT '',
-    name TEXT NOT NULL DEFAULT '',
-    ranks INTEGER NOT NULL DEFAULT 0,
-    cpu_user REAL,
-    cpu_system REAL,
-    time_cs REAL,
-    time_f REAL,
-    time_dc REAL,
-    array_id INTEGER,
-    array_task INTEGER
-);
-CREATE INDEX IF NOT EXISTS jobs_active ON jobs (state)
-    WHERE state IN {_UNFINISHED};
-CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end_time);
--- The last PMI barrier each running job completed: a node that missed its answer (the MM restarted in
--- between) asks again and gets the same answer.
-CREATE TABLE IF NOT EXISTS barriers (
-    job_id INTEGER PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    kvs BLOB NOT NULL
-);
--- FCS's timeline: every class change of every process, as its node reported it.
-CREATE TABLE IF NOT EXISTS class_changes (
-    job_id INTEGER NOT NULL,
-    rank INTEGER NOT NULL,
-    node TEXT NOT NULL,
-    time REAL NOT NULL,
-    old TEXT NOT NULL,
-    new TEXT NOT NULL,
-    tslots INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS class_changes_job ON class_changes (job_id, time);
-CREATE TABLE IF NOT EXISTS profiles (
-    job_id INTEGER NOT NULL,
-    rank INTEGER NOT NULL,
-    node TEXT NOT NULL,
-    klass TEXT NOT NULL,
-    wall REAL NOT NULL,
-    compute REAL NOT NULL,
-    poll REAL NOT NULL,
-    blocked REAL NOT NULL,
-    stopped REAL NOT NULL,
-    queued REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS profiles_job ON profiles (job_id);
-CREATE TABLE IF NOT EXISTS nodes (
-    name TEXT PRIMARY KEY,
-    pes INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    reason TEXT NOT NULL DEFAULT '',
-    address TEXT NOT NULL DEFAULT '',
-    last_seen REAL NOT NULL
-);
--- A node's final report on a job that still runs elsewhere (its ranks' exits), until the job ends: a
--- restarted MM must not take a node that finished its part (and forgot the job) for one that lost it.
-CREATE TABLE IF NOT EXISTS node_exits (
-    job_id INTEGER NOT NULL,
-    node TEXT NOT NULL,
-    exits BLOB NOT NULL,
-    PRIMARY KEY (job_id, node)
-);
-"""
-
-_JOB_COLUMNS = (
-    "id, state, spec, submit_time, start_time, end_time, exit_code, reason, placement, row, ending, "
-    "suspended_time, requeues, box, suspended_by, suspended_at, resumed_at, array_id, array_task"
-)
-
-
-def _pack_box(box: Box | None) -> str:
-    return "" if box is None else "{},{},{}/{},{},{}".format(*box.base, *box.shape)
-
-
-def _unpack_box(text: str) -> Box | None:
-    if not text:
-        return None
-    base, shape = (tuple(int(v) for v in part.split(",")) for part in text.split("/"))
-    return Box((base[0], base[1], base[2]), (shape[0], shape[1], shape[2]))
-
-
-def _pack_spec(spec: JobSpec) -> bytes:
-    packed: bytes = msgpack.packb(
-        {
-            "name": spec.name,
-            "uid": spec.uid,
-            "gid": spec.gid,
-            "user": spec.user,
-            "ranks": spec.ranks,
-            "argv": list(spec.argv),
-            "cwd": spec.cwd,
-            "env": spec.env,
-            "time_limit": spec.time_limit,
-            "output": spec.output,
-            "error": spec.error,
-            "requeue": spec.requeue,
-            "hook": spec.hook,
-            "max_ranks": spec.max_ranks,
-            "qos": spec.qos,
-            "priority": spec.priority,
-            "stream": spec.stream,
-            "array": spec.array,
-            "dependency": spec.dependency,
-        }
-    )
-    return packed
-
-
-def _spec_field(blob: bytes, name: str) -> int | str | None:
-    """SQL's storm_spec(spec, name): a field of a stored spec (migration 7 copies some into columns)."""
-    value = msgpack.unpackb(blob).get(name)
-    return value if isinstance(value, int | str) else None
-
-
-def _unpack_spec(blob: bytes) -> JobSpec:
-    d = msgpack.unpackb(
-        blob
-    )  # fields added later (requeue, hook, ...) are absent from older jobs: defaults hold
-    d["argv"] = tuple(d["argv"])
-    return JobSpec(**d)
-
-
-def _row_to_job(row: tuple[object, ...]) -> Job:
-    (
-        job_id,
-        state,
-        spec,
-        submit,
-        start,
-        end,
-        code,
-        reason,
-        placement,
-        mrow,
-        ending,
-        suspended,
-        requeues,
-        box,
-        suspended_by,
-        suspended_at,
-        resumed_at,
-        array_id,
-        array_task,
-    ) = row
-    assert isinstance(spec, bytes) and isinstance(placement, bytes)
-    return Job(
-        id=int(job_id),  # type: ignore[call-overload]
-        spec=_unpack_spec(spec),
-        state=JobState(str(state)),
-        submit_time=float(submit),  # type: ignore[arg-type]
-        start_time=None if start is None else float(start),  # type: ignore[arg-type]
-        end_time=None if end is None else float(end),  # type: ignore[arg-type]
-        exit_code=None if code is None else int(code),  # type: ignore[call-overload]
-        reason=str(reason),
-        placement=tuple((str(n), int(p)) for n, p in msgpack.unpackb(placement)),
-        row=None if mrow is None else int(mrow),  # type: ignore[call-overload]
-        ending=None if ending is None else JobState(str(ending)),
-        suspended_time=float(suspended),  # type: ignore[arg-type]
-        requeues=int(requeues),  # type: ignore[call-overload]
-        box=_unpack_box(str(box)),
-        suspended_by=None if suspended_by is None else int(suspended_by),  # type: ignore[call-overload]
-        suspended_at=None if suspended_at is None else float(suspended_at),  # type: ignore[arg-type]
-        resumed_at=None if resumed_at is None else float(resumed_at),  # type: ignore[arg-type]
-        array_id=None if array_id is None else int(array_id),  # type: ignore[call-overload]
-        array_task=None if array_task is None else int(array_task),  # type: ignore[call-overload]
-    )
+from storm.mm.store_schema import INDEXES, MIGRATIONS, PLACED, SCHEMA, SCHEMA_VERSION, UNFINISHED
 
 
 class Store:
@@ -296,7 +37,7 @@ class Store:
         self.path = path
         # Autocommit mode: transactions are explicit (see `transaction`), so a commit is never implicit.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.create_function("storm_spec", 2, _spec_field, deterministic=True)
+        self._db.create_function("storm_spec", 2, spec_field, deterministic=True)
         self._depth = 0
         self._begun = False  # BEGIN issued for the current transaction
         self.commits = 0  # so far (storm-mm logs it when it stops)
@@ -314,24 +55,24 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             version = self.get_meta("schema_version")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a storm job store: {exc}") from None
         if version is None:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif not version.isdigit() or int(version) > SCHEMA_VERSION or int(version) < min(_MIGRATIONS):
+        elif not version.isdigit() or int(version) > SCHEMA_VERSION or int(version) < min(MIGRATIONS):
             raise StoreError(f"{self.path}: schema version {version}, this storm-mm reads {SCHEMA_VERSION}")
         elif int(version) < SCHEMA_VERSION:
             self._migrate(int(version))
-        self._db.executescript(_INDEXES)
+        self._db.executescript(INDEXES)
 
     def _migrate(self, version: int) -> None:
         """Bring an older store up to this version, all steps in one transaction (all or nothing)."""
         try:
             with self._writing():
                 for step in range(version, SCHEMA_VERSION):
-                    for statement in _MIGRATIONS[step]:
+                    for statement in MIGRATIONS[step]:
                         self._db.execute(statement)
                 self.set_meta("schema_version", str(SCHEMA_VERSION))
         except sqlite3.DatabaseError as exc:
@@ -427,7 +168,7 @@ class Store:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     JobState.PENDING.value,
-                    _pack_spec(spec),
+                    pack_spec(spec),
                     now,
                     msgpack.packb([]),
                     spec.uid,
@@ -443,7 +184,7 @@ class Store:
     def add_array(self, spec: JobSpec, tasks: tuple[int, ...], now: float) -> list[Job]:
         """One PENDING job per task id, in task order, in one transaction; the array's id is the first's.
         The spec is packed once: every task has the same."""
-        packed, placement = _pack_spec(spec), msgpack.packb([])
+        packed, placement = pack_spec(spec), msgpack.packb([])
         with self._writing():
             cur = self._db.execute(
                 "INSERT INTO jobs (state, spec, submit_time, placement, array_task) VALUES (?, ?, ?, ?, ?)",
@@ -469,8 +210,8 @@ class Store:
 
     def array_tasks(self, array_id: int) -> list[Job]:
         """Every task of the array, in task order ([] if ``array_id`` names no array)."""
-        query = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_id = ? ORDER BY array_task"  # noqa: S608
-        return [_row_to_job(r) for r in self._db.execute(query, (array_id,)).fetchall()]
+        query = f"SELECT {JOB_COLUMNS} FROM jobs WHERE array_id = ? ORDER BY array_task"  # noqa: S608
+        return [row_to_job(r) for r in self._db.execute(query, (array_id,)).fetchall()]
 
     def save_job(self, job: Job) -> None:
         with self._writing():
@@ -489,7 +230,7 @@ class Store:
                     None if job.ending is None else job.ending.value,
                     job.suspended_time,
                     job.requeues,
-                    _pack_box(job.box),
+                    pack_box(job.box),
                     job.suspended_by,
                     job.suspended_at,
                     job.resumed_at,
@@ -513,7 +254,7 @@ class Store:
     def wireups(self) -> dict[int, tuple[str, tuple[int, ...]]]:
         """(PMI name, hosts) of the placed jobs (STARTING or RUNNING) that have a PMI name."""
         rows = self._db.execute(
-            f"SELECT id, kvsname, hosts FROM jobs WHERE state IN {_PLACED} AND kvsname != ''"  # noqa: S608
+            f"SELECT id, kvsname, hosts FROM jobs WHERE state IN {PLACED} AND kvsname != ''"  # noqa: S608
         ).fetchall()
         return {
             int(job_id): (str(name), tuple(int(h) for h in str(hosts).split(",") if h))
@@ -521,9 +262,9 @@ class Store:
         }
 
     def get_job(self, job_id: int) -> Job | None:
-        query = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?"  # noqa: S608 (constant column list)
+        query = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"  # noqa: S608 (constant column list)
         row = self._db.execute(query, (job_id,)).fetchone()
-        return None if row is None else _row_to_job(row)
+        return None if row is None else row_to_job(row)
 
     def jobs(
         self,
@@ -536,16 +277,16 @@ class Store:
         if job_ids is not None:
             found = (self.get_job(i) for i in job_ids)
             return [j for j in found if j is not None]
-        where = [f"state IN {_UNFINISHED}"] if active_only else []
+        where = [f"state IN {UNFINISHED}"] if active_only else []
         if before:
             where.append(f"id < {int(before)}")
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         if newest:  # by the primary key, backwards: a page of the newest costs its rows, not the table
-            query = f"SELECT {_JOB_COLUMNS} FROM jobs{clause} ORDER BY id DESC LIMIT {int(newest)}"  # noqa: S608
-            return [_row_to_job(r) for r in reversed(self._db.execute(query).fetchall())]
-        query = f"SELECT {_JOB_COLUMNS} FROM jobs{clause} ORDER BY id"  # noqa: S608 (constants only)
+            query = f"SELECT {JOB_COLUMNS} FROM jobs{clause} ORDER BY id DESC LIMIT {int(newest)}"  # noqa: S608
+            return [row_to_job(r) for r in reversed(self._db.execute(query).fetchall())]
+        query = f"SELECT {JOB_COLUMNS} FROM jobs{clause} ORDER BY id"  # noqa: S608 (constants only)
         rows = self._db.execute(query).fetchall()
-        return [_row_to_job(r) for r in rows]
+        return [row_to_job(r) for r in rows]
 
     def save_usage(self, job_id: int, usage: Usage) -> None:
         times = usage.class_times

@@ -15,7 +15,8 @@ import pytest
 from storm.mm.jobs import Job, JobSpec, advance
 from storm.mm.protocol import ClassChange, ProfileEntry
 from storm.mm.states import JobState
-from storm.mm.store import SCHEMA_VERSION, NodeRecord, Store, StoreError
+from storm.mm.store import NodeRecord, Store, StoreError
+from storm.mm.store_schema import SCHEMA_VERSION
 from storm.mm.torus import Box
 from tests.helpers import open_fds
 
