@@ -473,5 +473,11 @@ int MPI_Finalize(void)
     storm_depth++;
     int rc = REAL(Finalize)();
     storm_depth--;
+    if (storm.record && (storm.flags & STORM_HOOK_ACTIVE)) {
+        struct storm_hook_stats *s = update_begin();
+        storm.flags |= STORM_HOOK_FINALIZED;
+        PUT(flags, storm.flags);
+        update_end(s);
+    }
     return rc;
 }

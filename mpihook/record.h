@@ -38,6 +38,9 @@
 /* Blocking collectives over shared memory cannot spin-block: MPICH's shared-memory algorithms for them
  * wait in loops that never yield (MPIR_CVAR_<COLL>_POSIX_INTRA_ALGORITHM is not "mpir"; see hook.c). */
 #define STORM_HOOK_COLLECTIVES_POLL 8u
+/* MPI_Finalize returned: the rank communicates no more (it may run on a while, as Python's teardown does),
+ * so there is nothing left to classify it by. */
+#define STORM_HOOK_FINALIZED 16u
 
 /* stats.call: the blocking call the rank is in (in_call) or was in last, 1 for the first listed here, ...;
  * the large-count forms (MPI_Send_c) are their plain form's. 0: none yet. */

@@ -33,6 +33,7 @@ ACTIVE = 1
 FOREIGN_MPI = 2
 THREAD_MULTIPLE = 4  # every call stays blocking; one thread's calls counted at a time
 COLLECTIVES_POLL = 8  # blocking collectives on shared memory cannot spin-block
+FINALIZED = 16  # MPI_Finalize returned: the rank communicates no more
 WAIT_POLL = 0
 WAIT_SPINBLOCK = 1
 READ_TRIES = 20

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from storm.mm.protocol import ClassChange, FcsParameters
 from storm.nm.fcs import ProcessClass, end_of_slot, judged
-from storm.nm.monitor import Measurements
+from storm.nm.monitor import Gone, Measurements
 from storm.nm.switcher import ContextSwitcher, Key
 
 log = logging.getLogger("storm.nm")
@@ -60,6 +60,10 @@ class Classifier:
                 if judged(old, self.constants, job_reset=reset)
                 else None
             )
+            if isinstance(measured, Gone):
+                # Left MPI (nm/monitor.py's Gone): nothing to judge. The slot counts; the class stays.
+                self.states[key] = replace(old, tslots=old.tslots + 1)
+                continue
             new, restart = end_of_slot(old, measured, self.constants, job_reset=reset)
             self.states[key] = new
             if restart:

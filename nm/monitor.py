@@ -29,6 +29,7 @@ from typing import Protocol
 from storm.mm.protocol import RankStats
 from storm.mpihook.stats import (
     COLLECTIVES_POLL,
+    FINALIZED,
     FOREIGN_MPI,
     THREAD_MULTIPLE,
     WAIT_POLL,
@@ -190,6 +191,17 @@ class JobMonitor:
         )
 
 
+class Gone:
+    """What :meth:`Measurements.measure_rank` says of a rank that has left MPI: its MPI_Finalize returned,
+    or its process has ended and its exit has not reached the node yet. Nothing is left to judge it by: its
+    last slots show no communication, which would make the rank of a job that communicated all along DC at
+    its very end. (None says something else: a rank that never entered MPI through the hook, which FCS takes
+    for one that does not communicate.)"""
+
+
+GONE = Gone()
+
+
 class Measurements(Protocol):
     """What the node core needs of its ranks' measurements. The daemon's :class:`Monitor` reads mpihook's
     records and /proc; a test or a simulator can answer with numbers. Ranks are named by (job id, record
@@ -229,7 +241,7 @@ class Measurements(Protocol):
 
     def snapshot(self, job_id: int, index: int) -> Snapshot | None: ...
 
-    def measure_rank(self, job_id: int, index: int) -> Measurement | None: ...
+    def measure_rank(self, job_id: int, index: int) -> Measurement | Gone | None: ...
 
     def reset_rank(self, job_id: int, index: int) -> None: ...
 
@@ -338,13 +350,18 @@ class Monitor:
             return None
         return job.snapshot(index, stat, self.clock())
 
-    def measure_rank(self, job_id: int, index: int) -> Measurement | None:
-        """The rank's measurement since its last reset (reads its CPU time from the kernel)."""
+    def measure_rank(self, job_id: int, index: int) -> Measurement | Gone | None:
+        """The rank's measurement since its last reset (reads its CPU time from the kernel); GONE once it
+        has left MPI (see :class:`Gone`), None if it never entered MPI through the hook."""
         job = self.jobs.get(job_id)
         pid = None if job is None else job.pids.get(index)
         if job is None or not pid:
             return None
-        return job.measure(index, self.os.cpu_ns(pid))
+        counters = job.latest[index]
+        if counters is not None and counters.flags & FINALIZED:
+            return GONE
+        cpu_ns = self.os.cpu_ns(pid)
+        return GONE if cpu_ns is None else job.measure(index, cpu_ns)
 
     def reset_rank(self, job_id: int, index: int) -> None:
         job = self.jobs.get(job_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from storm.mm.protocol import FcsParameters, Policy
-from storm.mpihook.stats import HookSegment
+from storm.mpihook.stats import ACTIVE, FINALIZED, HookSegment
 from storm.nm.classes import Classifier
 from storm.nm.fcs import Klass, ProcessClass
 from storm.nm.switcher import ContextSwitcher
@@ -70,6 +70,40 @@ def test_a_process_that_never_enters_mpi_is_dc_once_it_has_had_its_slots(segment
     assert classifier.switcher.classes == {(5, 0): Klass.DC, (5, 1): Klass.DC}
     classifier.forget(5)
     assert classifier.state((5, 0)).tslots == 0
+
+
+def test_a_process_that_ended_before_its_exit_was_reported_keeps_its_class(segment: HookSegment) -> None:
+    """A rank's process is gone (no CPU time to read) while the node still counts it: its last slots are not
+    taken for a process that never entered MPI, which would make a fine-grained job's rank DC at its end."""
+    classifier, cpu = classifier_of(segment)
+    hook_writes(segment, 0, events=1000, comm=200 * MS)
+    hook_writes(segment, 1, events=1000, comm=200 * MS)
+    classifier.monitor.sample()
+    cpu[100] = 1000 * MS  # rank 1 (pid 101) has ended: /proc has no CPU time for it
+    for _ in range(3):
+        classifier.end_of_slot(0, now=0.0)
+    assert classifier.take_changes(5) == ()  # both stay CS
+    assert classifier.state((5, 1)).klass is Klass.CS and classifier.state((5, 1)).tslots == 3
+    assert classifier.state((5, 0)).tslots == 3
+
+
+def test_a_process_past_mpi_finalize_keeps_its_class_while_it_runs_on(segment: HookSegment) -> None:
+    """After MPI_Finalize a rank may run on (Python's teardown takes tens of milliseconds) and communicates no
+    more: a job-wide reset just before would otherwise make its next judgement DC."""
+    classifier, cpu = classifier_of(segment)
+    hook_writes(segment, 0, events=1000, comm=200 * MS)
+    hook_writes(segment, 1, events=1000, comm=200 * MS)
+    classifier.monitor.sample()
+    cpu[100] = cpu[101] = 1000 * MS
+    classifier.end_of_slot(0, resets=(5,), now=0.0)  # measurements restart for both
+    hook_writes(segment, 1, events=1000, comm=200 * MS, flags=ACTIVE | FINALIZED)  # no call since
+    hook_writes(segment, 0, events=1000, comm=200 * MS)  # rank 0: no call since either, not finalized
+    classifier.monitor.sample()
+    cpu[100] = cpu[101] = 1500 * MS
+    for _ in range(2):
+        classifier.end_of_slot(0, now=0.0)
+    assert [(c.rank, c.new) for c in classifier.take_changes(5)] == [(0, "DC")]  # rank 1 stays CS
+    assert classifier.state((5, 1)).klass is Klass.CS
 
 
 def test_a_slot_before_the_process_exists_counts_but_is_not_judged(segment: HookSegment) -> None:

@@ -178,9 +178,10 @@ def test_fcs_classifies_fine_coarse_and_imbalanced_jobs_as_the_paper_does(
     assert profile[1].split()[:4] == ["RANK", "NODE", "CLASS", "WALL(s)"]
     assert sorted(line.split()[2] for line in profile[2:]) == ["CS", "CS", "DC", "F"]
 
-    assert final_classes(histories[fine], 2) == {0: "CS", 1: "CS"}
-    assert final_classes(histories[coarse], 2) == {0: "DC", 1: "DC"}
-    assert final_classes(histories[imbalanced], 2) == {0: "F", 1: "DC"}
+    # (The changes in the message: a rank judged after it left MPI ended DC here once, nm/monitor.py's Gone.)
+    assert final_classes(histories[fine], 2) == {0: "CS", 1: "CS"}, histories[fine]
+    assert final_classes(histories[coarse], 2) == {0: "DC", 1: "DC"}, histories[coarse]
+    assert final_classes(histories[imbalanced], 2) == {0: "F", 1: "DC"}, histories[imbalanced]
     # Settled within about cslots_MIN of each process's slots: the first evaluation decided, and it held.
     for job in (coarse, imbalanced):
         changes = histories[job]

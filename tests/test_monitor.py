@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from storm.mpihook.stats import WAIT_SPINBLOCK, HookSegment
+from storm.mpihook.stats import ACTIVE, WAIT_SPINBLOCK, HookSegment
 from storm.nm.monitor import Monitor
 from tests.test_hook_stats import write_fields
 
@@ -24,14 +24,21 @@ class FakeCpu:
 
 
 def hook_writes(
-    seg: HookSegment, index: int, *, events: int, comm: int, block: int = 0, in_call: bool = False
+    seg: HookSegment,
+    index: int,
+    *,
+    events: int,
+    comm: int,
+    block: int = 0,
+    in_call: bool = False,
+    flags: int = ACTIVE,
 ) -> None:
     """Write a record as the rank's hook would (consistent: seq == seq_end)."""
     fields = (
         events,
         100 + index,
         index,
-        1,
+        flags,
         int(in_call),
         events,
         events,

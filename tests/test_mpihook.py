@@ -106,7 +106,7 @@ def test_record_h_and_stats_py_agree(tmp_path: Path) -> None:
         "storm_hook_control": ["wait_mode", "spin_ns"],
     }  # fmt: skip
     constants = ["STORM_HOOK_MAGIC", "STORM_HOOK_VERSION", "STORM_HOOK_ACTIVE", "STORM_HOOK_FOREIGN_MPI"]
-    constants += ["STORM_HOOK_THREAD_MULTIPLE", "STORM_HOOK_COLLECTIVES_POLL"]
+    constants += ["STORM_HOOK_THREAD_MULTIPLE", "STORM_HOOK_COLLECTIVES_POLL", "STORM_HOOK_FINALIZED"]
     constants += ["STORM_WAIT_POLL", "STORM_WAIT_SPINBLOCK", "STORM_CALL_COUNT"]
     lines = [f'P("{s}.{f}", offsetof(struct {s}, {f}));' for s, names in fields.items() for f in names]
     lines += [f'P("sizeof {s}", sizeof(struct {s}));' for s in [*fields, "storm_hook_record"]]
@@ -136,6 +136,7 @@ def test_record_h_and_stats_py_agree(tmp_path: Path) -> None:
     want |= {
         "STORM_HOOK_THREAD_MULTIPLE": stats.THREAD_MULTIPLE,
         "STORM_HOOK_COLLECTIVES_POLL": stats.COLLECTIVES_POLL,
+        "STORM_HOOK_FINALIZED": stats.FINALIZED,
     }
     want |= {"STORM_CALL_COUNT": len(stats.CALLS) + 1} | {name: i + 1 for i, name in enumerate(stats.CALLS)}
     want |= {"STORM_WAIT_POLL": stats.WAIT_POLL, "STORM_WAIT_SPINBLOCK": stats.WAIT_SPINBLOCK}
@@ -429,10 +430,12 @@ def test_a_single_threaded_program_is_flagged_so_and_collectives_that_cannot_yie
 ) -> None:
     program = [str(build("collective_order", built))]
     _, records = outcome(program, 2, hook, WAIT_POLL)
-    assert all(r is not None and r.flags == stats.ACTIVE for r in records), records
+    # (FINALIZED: the program ran to its end, MPI_Finalize included.)
+    assert all(r is not None and r.flags == stats.ACTIVE | stats.FINALIZED for r in records), records
     shm_barrier = {"MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM": "release_gather"}
     _, records = outcome(program, 2, hook, WAIT_POLL, env=shm_barrier)
-    assert all(r is not None and r.flags == stats.ACTIVE | stats.COLLECTIVES_POLL for r in records), records
+    poll = stats.ACTIVE | stats.COLLECTIVES_POLL | stats.FINALIZED
+    assert all(r is not None and r.flags == poll for r in records), records
     assert all(r is not None and r.call_name == "MPI_Wait" for r in records), records  # each rank's last call
 
 
