@@ -191,6 +191,10 @@ class Shell:
         and serve its PMI; "" or why it could not start."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env["PMI_FD"] = str(child.fileno())
+        # A child inherits the affinity of the thread that forks it: pinning this thread for the spawn
+        # makes the rank start pinned, rather than be pinned some time after it started.
+        own = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {self.cpus[proc.pe % len(self.cpus)]})
         try:
             popen = subprocess.Popen(
                 argv,
@@ -207,12 +211,7 @@ class Shell:
             return f"cannot execute {argv[0]}: {exc.strerror}"
         finally:
             child.close()
-        # Pinned as soon as it exists (Popen returns once it has exec'd, a fraction of a millisecond before
-        # a compiled program reaches main, tens of them before Python's does), not by pinning this thread
-        # for the spawn so that the child inherits it: that moves the job shell onto the PE, and a PE busy
-        # with another rank (time-sharing's normal case) kept it waiting there 4 ms a spawn, measured.
-        with contextlib.suppress(ProcessLookupError):  # (gone already: nothing left to pin)
-            os.sched_setaffinity(popen.pid, {self.cpus[proc.pe % len(self.cpus)]})
+            os.sched_setaffinity(0, own)
         popen.returncode = 0  # reaped through the pidfd below, not through Popen
         proc.pid = popen.pid
         proc.pidfd = os.pidfd_open(proc.pid)
