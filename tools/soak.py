@@ -190,14 +190,18 @@ def ended_as(job: p.JobInfo, kind: Kind) -> bool:
     return True
 
 
-def cluster(directory: Path) -> LocalCluster:
-    """The soak's cluster, as the tests make theirs: 3 NMs x 2 PEs, a 1 s kill grace (not yet started)."""
-    return LocalCluster(dir=directory, nodes=NODES, pes_per_node=PES, nm_settings={"kill_grace": 1.0})
+def cluster(directory: Path, sync: str = "FULL") -> LocalCluster:
+    """The soak's cluster, as the tests make theirs: 3 NMs x 2 PEs, a 1 s kill grace (not yet started);
+    ``sync``: storm-mm's [mm] sync (what each commit waits for: FULL, its default, an fsync)."""
+    mm: dict[str, object] = {} if sync == "FULL" else {"sync": sync}
+    return LocalCluster(
+        dir=directory, nodes=NODES, pes_per_node=PES, nm_settings={"kill_grace": 1.0}, mm_settings=mm
+    )
 
 
-def measure(directory: Path, jobs: int = JOBS, seed: int = SEED) -> dict[str, Any]:
+def measure(directory: Path, jobs: int = JOBS, seed: int = SEED, sync: str = "FULL") -> dict[str, Any]:
     """The soak on a throwaway cluster under ``directory``: its rate and how its jobs ended."""
-    c = cluster(directory)
+    c = cluster(directory, sync)
     c.up()
     try:
         with c.client() as client:
@@ -275,12 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir", type=Path, help="where the throwaway cluster lives (default: a temporary one)"
     )
+    parser.add_argument(
+        "--sync", choices=("FULL", "NORMAL"), default="FULL",
+        help="storm-mm's [mm] sync: NORMAL shows what the fsync of each commit costs the rate (default FULL)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.dir is not None:
-        result = measure(args.dir, args.jobs, args.seed)
+        result = measure(args.dir, args.jobs, args.seed, args.sync)
     else:
         with tempfile.TemporaryDirectory(prefix="storm-soak-") as tmp:
-            result = measure(Path(tmp), args.jobs, args.seed)
+            result = measure(Path(tmp), args.jobs, args.seed, args.sync)
     print(json.dumps(result))
     return 0 if result["as_their_kind"] == args.jobs and not result["unexpected_jobs"] else 1
 
