@@ -57,7 +57,31 @@ def message(op: str) -> Callable[[M], M]:
 
 
 def registered_ops() -> dict[str, type[Message]]:
+    """Every op and its class, those of modules not imported yet included (see add_loader)."""
+    _load_all()
     return dict(_REGISTRY)
+
+
+# Functions that import the modules whose messages are not registered yet (storm.mm.protocol imports some of
+# its modules only when needed): called, once, before a lookup of an op not registered fails.
+_LOADERS: list[Callable[[], object]] = []
+
+
+def add_loader(load: Callable[[], object]) -> None:
+    _LOADERS.append(load)
+
+
+def _load_all() -> None:
+    while _LOADERS:
+        _LOADERS.pop(0)()
+
+
+def _registered(op: str) -> type[Message] | None:
+    cls = _REGISTRY.get(op)
+    if cls is None and _LOADERS:
+        _load_all()
+        cls = _REGISTRY.get(op)
+    return cls
 
 
 _FIELDS: dict[type, tuple[str, ...] | None] = {}  # per type: a dataclass's field names, None for others
@@ -104,6 +128,7 @@ def _hints(cls: type) -> dict[str, Any]:
 def prepare_decoding() -> None:
     """Resolve every message's field types, and make its decoding plan, now rather than at first use (the
     job shell launcher does this once before it forks, so no job shell pays for it)."""
+    _load_all()
     pending: list[Any] = list(_REGISTRY.values())
     while pending:
         hint = pending.pop()
@@ -267,7 +292,7 @@ def decode(data: bytes, max_bytes: int = MAX_CLIENT_MESSAGE) -> Message:
     check(type(body) is dict, "a message must be a msgpack map")
     op = body.get("op")
     check(type(op) is str, "a message needs a string 'op'")
-    cls = _REGISTRY.get(op)
+    cls = _registered(op)
     check(cls is not None, f"unknown op {op!r}")
     assert cls is not None
     built: Message = _build(cls, body, op)

@@ -101,15 +101,16 @@ def run_storm(
 
 
 @pytest.mark.parametrize(
-    ("args", "requests", "shown"),
+    ("args", "requests", "shown", "later"),
     [
-        (["submit", "-n", "1", "--", "true"], 1, "7"),
-        (["queue"], 1, "demo"),
-        (["show", "7"], 2, "JobId: 7"),
+        (["submit", "-n", "1", "--", "true"], 1, "7", set()),
+        (["queue"], 1, "demo", set()),
+        # (get_spawns and spawns are spawn.py's; spawn.py imports node.py, which imports timings.py)
+        (["show", "7"], 2, "JobId: 7", {"node", "shell", "spawn", "timings"}),
     ],
 )
 def test_a_short_command_imports_only_what_it_needs(
-    tmp_path: Path, args: list[str], requests: int, shown: str
+    tmp_path: Path, args: list[str], requests: int, shown: str, later: set[str]
 ) -> None:
     done, report = run_storm(tmp_path, args, requests)
     assert shown in done.stdout
@@ -117,6 +118,12 @@ def test_a_short_command_imports_only_what_it_needs(
     assert isinstance(modules, list)
     loaded = [m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
     assert loaded == []
+    # Of the protocol's modules imported on demand (mm/protocol/__init__.py), only those its messages need.
+    assert {m.rsplit(".", 1)[1] for m in modules if m.startswith("storm.mm.protocol.")} == {
+        "records",
+        "client",
+        *later,
+    }
     assert "storm.mm.protocol" in modules and "storm.tools.zmtp" in modules  # it did talk to storm-mm
     # The collector stayed off, and what existed at the end was frozen, not walked at exit.
     assert report["collector"] is False
@@ -151,6 +158,41 @@ def test_the_message_classes_come_from_compiled_code_kept_between_runs(tmp_path:
 )
 def test_only_commands_that_ask_one_thing_run_without_the_collector(argv: list[str], quick: bool) -> None:
     assert short(argv) is quick
+
+
+LAZY = """
+import json, sys
+import msgpack
+from storm.mm import protocol as p
+before = sorted(m for m in sys.modules if m.startswith("storm.mm.protocol."))
+checks = {"before": before}
+try:
+    p.dataclass  # node.py imports it, but it is not the protocol's
+    checks["dataclass"] = "found"
+except AttributeError:
+    checks["dataclass"] = "missing"
+checks["decoded"] = p.decode(msgpack.packb({"op": "ack", "job_id": 3, "what": "job_node_done"})).op
+checks["after_decode"] = sorted(m for m in sys.modules if m.startswith("storm.mm.protocol."))
+checks["ops"] = len(p.registered_ops())
+from storm.mm.protocol import ShellDone, node
+checks["same"] = p.LaunchJob is node.LaunchJob and ShellDone.op == "shell_done"
+print(json.dumps(checks))
+"""
+
+
+def test_the_protocol_imports_the_modules_of_other_links_when_first_needed() -> None:
+    """A message of a module not imported yet still decodes, its names are still the package's, and every
+    op is still listed; nothing a module merely imported becomes the package's."""
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY], capture_output=True, text=True, check=True, timeout=30
+    )
+    checks = json.loads(done.stdout)
+    assert checks["before"] == ["storm.mm.protocol.client", "storm.mm.protocol.records"]
+    assert checks["dataclass"] == "missing"
+    assert checks["decoded"] == "ack"
+    assert {m.rsplit(".", 1)[1] for m in checks["after_decode"]} == {"records", "client", *p.LATER}
+    assert checks["ops"] == len(p.registered_ops())  # (this process has every module: all ops)
+    assert checks["same"] is True
 
 
 # ---------------------------------------------------------------------------------------------------------

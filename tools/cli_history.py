@@ -15,7 +15,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from storm.mm import protocol as p
 from storm.tools.client import Client
@@ -141,7 +141,7 @@ def _cpu_time(j: p.HistoryEntry, now: float) -> float | None:
     return None if run is None else run * j.ranks
 
 
-Field = Callable[[p.HistoryEntry, float], str]
+Field: TypeAlias = "Callable[[p.HistoryEntry, float], str]"  # a string: the history module loads on use
 FIELDS: dict[str, tuple[str, Field]] = {
     # lower-case name -> (header, value)
     "jobid": ("JobID", lambda j, now: str(j.id)),

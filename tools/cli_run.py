@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # imported when a job is run: every storm command builds this
 IDLE = 1.0  # seconds without a message after which the client says it is still there
 QUEUED_AFTER = 0.5  # a job still pending this long after its submission is said to be waiting
 SILENT_MM = 10.0  # seconds without any answer from storm-mm after which the client says so
-ACK_EVERY = p.OUTPUT_WINDOW // 4  # bytes received between acknowledgements
+ACKS_PER_WINDOW = 4  # acknowledgements per p.OUTPUT_WINDOW bytes received
 
 RUN_DESCRIPTION = (
     "Submit a job, show its ranks' output here as they write it (stdout to stdout, stderr to stderr), "
@@ -189,7 +189,7 @@ class Follower:
             self._started()
         for stream, data in self.assembler.chunk(msg):
             self._write(stream, data)
-        if self.assembler.received - self.acked >= ACK_EVERY:
+        if self.assembler.received - self.acked >= p.OUTPUT_WINDOW // ACKS_PER_WINDOW:
             self._attach()
 
     def _write(self, stream: str, data: bytes) -> None:

@@ -45,8 +45,10 @@ peer can add fields without breaking an older one. Any failure raises :class:`Pr
 else, so a daemon can answer with ``error`` and carry on.
 
 Where the classes are: each link's messages in a module of this package, as below. Import every name from
-here (``storm.mm.protocol``): this module re-exports them all and, by importing every module, registers every
-message with the codec.
+here (``storm.mm.protocol``): this module re-exports them all. records.py and client.py are imported with
+it; the others the first time a name of theirs is asked for, or a message of theirs is decoded (then all of
+them at once, registering their messages with the codec). A short ``storm`` command needs only the client's
+messages, and building the other forty-odd classes cost it about 4 ms, a tenth of its life (issue 18).
 
 - records.py: the records nested in messages (RankExit, JobInfo, RankStats, FcsParameters, ...), the wire's
   vocabularies (Policy, Klass, the state names), PROTOCOL_VERSION and the checks several links share.
@@ -63,10 +65,14 @@ The machinery (msgpack, the validating decoder, the registry of ops) is mm/codec
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from storm.mm.codec import MAX_CLIENT_MESSAGE as MAX_CLIENT_MESSAGE
 from storm.mm.codec import MAX_NODE_MESSAGE as MAX_NODE_MESSAGE
 from storm.mm.codec import Message as Message
 from storm.mm.codec import ProtocolError as ProtocolError
+from storm.mm.codec import add_loader
 from storm.mm.codec import decode as decode
 from storm.mm.codec import encode as encode
 from storm.mm.codec import peek_req as peek_req
@@ -126,64 +132,92 @@ from storm.mm.protocol.client import TorusView as TorusView
 from storm.mm.protocol.client import WaitJob as WaitJob
 from storm.mm.protocol.client import error_for as error_for
 
-# isort: split
-from storm.mm.protocol.node import Ack as Ack
-from storm.mm.protocol.node import Heartbeat as Heartbeat
-from storm.mm.protocol.node import JobLaunched as JobLaunched
-from storm.mm.protocol.node import JobNodeDone as JobNodeDone
-from storm.mm.protocol.node import JobRows as JobRows
-from storm.mm.protocol.node import JobStats as JobStats
-from storm.mm.protocol.node import KillJob as KillJob
-from storm.mm.protocol.node import LaunchJob as LaunchJob
-from storm.mm.protocol.node import NodeRegistered as NodeRegistered
-from storm.mm.protocol.node import NodeStatus as NodeStatus
-from storm.mm.protocol.node import PmiBarrierIn as PmiBarrierIn
-from storm.mm.protocol.node import PmiBarrierOut as PmiBarrierOut
-from storm.mm.protocol.node import RankFailed as RankFailed
-from storm.mm.protocol.node import RegisterNode as RegisterNode
-from storm.mm.protocol.node import Reregister as Reregister
-from storm.mm.protocol.node import ResumeJob as ResumeJob
-from storm.mm.protocol.node import SuspendJob as SuspendJob
+# The modules imported on demand, in this order (the order they register their ops in).
+LATER = ("node", "shell", "spawn", "output", "history", "timings")
 
-# isort: split
-from storm.mm.protocol.shell import RankAborted as RankAborted
-from storm.mm.protocol.shell import RankExited as RankExited
-from storm.mm.protocol.shell import RanksStarted as RanksStarted
-from storm.mm.protocol.shell import ShellDone as ShellDone
-from storm.mm.protocol.shell import ShellHello as ShellHello
-from storm.mm.protocol.shell import ShellLaunch as ShellLaunch
-from storm.mm.protocol.shell import ShellReady as ShellReady
-from storm.mm.protocol.shell import ShellRetire as ShellRetire
-from storm.mm.protocol.shell import ShellStop as ShellStop
+if TYPE_CHECKING:  # what mypy sees; at run time, __getattr__ below finds these names
+    # isort: split
+    from storm.mm.protocol.node import Ack as Ack
+    from storm.mm.protocol.node import Heartbeat as Heartbeat
+    from storm.mm.protocol.node import JobLaunched as JobLaunched
+    from storm.mm.protocol.node import JobNodeDone as JobNodeDone
+    from storm.mm.protocol.node import JobRows as JobRows
+    from storm.mm.protocol.node import JobStats as JobStats
+    from storm.mm.protocol.node import KillJob as KillJob
+    from storm.mm.protocol.node import LaunchJob as LaunchJob
+    from storm.mm.protocol.node import NodeRegistered as NodeRegistered
+    from storm.mm.protocol.node import NodeStatus as NodeStatus
+    from storm.mm.protocol.node import PmiBarrierIn as PmiBarrierIn
+    from storm.mm.protocol.node import PmiBarrierOut as PmiBarrierOut
+    from storm.mm.protocol.node import RankFailed as RankFailed
+    from storm.mm.protocol.node import RegisterNode as RegisterNode
+    from storm.mm.protocol.node import Reregister as Reregister
+    from storm.mm.protocol.node import ResumeJob as ResumeJob
+    from storm.mm.protocol.node import SuspendJob as SuspendJob
 
-# isort: split
-from storm.mm.protocol.spawn import NAME_OPS as NAME_OPS
-from storm.mm.protocol.spawn import PORT_MAX as PORT_MAX
-from storm.mm.protocol.spawn import SERVICE_MAX as SERVICE_MAX
-from storm.mm.protocol.spawn import GetSpawns as GetSpawns
-from storm.mm.protocol.spawn import JobSpawned as JobSpawned
-from storm.mm.protocol.spawn import PmiName as PmiName
-from storm.mm.protocol.spawn import PmiNameResult as PmiNameResult
-from storm.mm.protocol.spawn import Spawned as Spawned
-from storm.mm.protocol.spawn import SpawnExited as SpawnExited
-from storm.mm.protocol.spawn import SpawnFailed as SpawnFailed
-from storm.mm.protocol.spawn import SpawnsView as SpawnsView
+    # isort: split
+    from storm.mm.protocol.shell import RankAborted as RankAborted
+    from storm.mm.protocol.shell import RankExited as RankExited
+    from storm.mm.protocol.shell import RanksStarted as RanksStarted
+    from storm.mm.protocol.shell import ShellDone as ShellDone
+    from storm.mm.protocol.shell import ShellHello as ShellHello
+    from storm.mm.protocol.shell import ShellLaunch as ShellLaunch
+    from storm.mm.protocol.shell import ShellReady as ShellReady
+    from storm.mm.protocol.shell import ShellRetire as ShellRetire
+    from storm.mm.protocol.shell import ShellStop as ShellStop
 
-# isort: split
-from storm.mm.protocol.output import OUTPUT_CHUNK as OUTPUT_CHUNK
-from storm.mm.protocol.output import OUTPUT_WINDOW as OUTPUT_WINDOW
-from storm.mm.protocol.output import STREAMS as STREAMS
-from storm.mm.protocol.output import AttachOutput as AttachOutput
-from storm.mm.protocol.output import JobOutput as JobOutput
-from storm.mm.protocol.output import OutputAttached as OutputAttached
+    # isort: split
+    from storm.mm.protocol.spawn import NAME_OPS as NAME_OPS
+    from storm.mm.protocol.spawn import PORT_MAX as PORT_MAX
+    from storm.mm.protocol.spawn import SERVICE_MAX as SERVICE_MAX
+    from storm.mm.protocol.spawn import GetSpawns as GetSpawns
+    from storm.mm.protocol.spawn import JobSpawned as JobSpawned
+    from storm.mm.protocol.spawn import PmiName as PmiName
+    from storm.mm.protocol.spawn import PmiNameResult as PmiNameResult
+    from storm.mm.protocol.spawn import Spawned as Spawned
+    from storm.mm.protocol.spawn import SpawnExited as SpawnExited
+    from storm.mm.protocol.spawn import SpawnFailed as SpawnFailed
+    from storm.mm.protocol.spawn import SpawnsView as SpawnsView
 
-# isort: split
-from storm.mm.protocol.history import HISTORY_PAGE as HISTORY_PAGE
-from storm.mm.protocol.history import HistoryEntry as HistoryEntry
-from storm.mm.protocol.history import HistoryPage as HistoryPage
-from storm.mm.protocol.history import JobHistory as JobHistory
+    # isort: split
+    from storm.mm.protocol.output import OUTPUT_CHUNK as OUTPUT_CHUNK
+    from storm.mm.protocol.output import OUTPUT_WINDOW as OUTPUT_WINDOW
+    from storm.mm.protocol.output import STREAMS as STREAMS
+    from storm.mm.protocol.output import AttachOutput as AttachOutput
+    from storm.mm.protocol.output import JobOutput as JobOutput
+    from storm.mm.protocol.output import OutputAttached as OutputAttached
 
-# isort: split
-from storm.mm.protocol.timings import TIMING_BOUNDS as TIMING_BOUNDS
-from storm.mm.protocol.timings import TIMING_BUCKETS_MAX as TIMING_BUCKETS_MAX
-from storm.mm.protocol.timings import SwitchTimings as SwitchTimings
+    # isort: split
+    from storm.mm.protocol.history import HISTORY_PAGE as HISTORY_PAGE
+    from storm.mm.protocol.history import HistoryEntry as HistoryEntry
+    from storm.mm.protocol.history import HistoryPage as HistoryPage
+    from storm.mm.protocol.history import JobHistory as JobHistory
+
+    # isort: split
+    from storm.mm.protocol.timings import TIMING_BOUNDS as TIMING_BOUNDS
+    from storm.mm.protocol.timings import TIMING_BUCKETS_MAX as TIMING_BUCKETS_MAX
+    from storm.mm.protocol.timings import SwitchTimings as SwitchTimings
+else:
+
+    def __getattr__(name: str) -> object:
+        """A name of a module not imported yet (PEP 562: called only for names this module lacks). The
+        modules are imported in order until one has it: `storm show` needs spawn.py's, not the rest."""
+        if not name.startswith("_"):
+            for later in LATER:
+                module = importlib.import_module(f"{__name__}.{later}")  # (once: importlib keeps it)
+                value = module.__dict__.get(name)
+                # The module's own classes and constants, not what it imported (its dataclass, check, ...).
+                own = name.isupper() or getattr(value, "__module__", "") == module.__name__
+                if value is not None and own:
+                    globals()[name] = value  # found here directly from now on
+                    return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _load_later() -> None:
+    """Import every module of LATER, registering their messages (the codec asks, see add_loader)."""
+    for later in LATER:
+        importlib.import_module(f"{__name__}.{later}")
+
+
+add_loader(_load_later)
