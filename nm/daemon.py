@@ -2,8 +2,8 @@
 
 Each job runs in the job shell of its user on this node (nm/shell_server.py, one per user, started by the NM
 as that user when it has none and retired once idle); the shell spawns the ranks and serves PMI, and reports
-to the NM over an ipc:// ROUTER whose peers are authenticated by pid (the kernel's SO_PEERCRED, not the
-routing id a peer picks, which any local user could pick first). The NM
+to the NM over a Unix socket in its run directory, each connection authenticated by the pid and uid the
+kernel reports for it (SO_PEERCRED; nm/shell_link.py). The NM
 relays to the MM (DEALER, routing id = node name): launches, rank failures, cross-node PMI barriers and the
 final exits of the node's ranks, which it re-sends until the MM acknowledges them. It also learns the
 processes the ranks spawn (MPI_Comm_spawn, nm/children.py), time-slices and kills them with the job, ends
@@ -48,7 +48,7 @@ from storm.mm.config import StormConfig
 from storm.mm.keys import KeyFileError, curve_client, read_keypair, read_public_key
 from storm.mm.limits import LogThrottle
 from storm.mm.lockfile import take_lock
-from storm.mm.net import bind, peer_credentials, watch_handshakes
+from storm.mm.net import watch_handshakes
 from storm.mm.priority import request_realtime
 from storm.mm.sd_notify import Notifier
 from storm.mpihook.stats import cluster_token
@@ -57,6 +57,7 @@ from storm.nm.local_jobs import LocalJob
 from storm.nm.monitor import Monitor
 from storm.nm.node import Node, Outcome
 from storm.nm.processes import LinuxProcesses, Processes
+from storm.nm.shell_link import ShellListener, Who
 from storm.nm.shells import JobShell
 from storm.nm.switch_check import verify
 from storm.nm.switcher import SwitchCheck, TraceLine
@@ -97,13 +98,10 @@ class NodeManager:
         self.mm.setsockopt(zmq.ROUTING_ID, self.name.encode())
         self.mm.setsockopt(zmq.LINGER, 1000)
         self.mm.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
-        self.shells = self.ctx.socket(zmq.ROUTER)
-        self.shells.setsockopt(zmq.LINGER, 0)
-        self.shells.setsockopt(zmq.MAXMSGSIZE, p.MAX_NODE_MESSAGE)
-        # Both served without pyzmq's futures (nm/link.py): a send never waits, so carrying out is not a
-        # coroutine.
+        # Served without pyzmq's futures (nm/link.py): a send never waits, so carrying out is not a coroutine;
+        # nor does one to a job shell (nm/shell_link.py).
         self.to_mm = Link(self.mm, self._mm_message)
-        self.to_shells = Link(self.shells, self._shell_message)
+        self.to_shells = ShellListener(self.run_dir / "shells.sock", p.MAX_NODE_MESSAGE, self._shell_message)
         self.heartbeats = self.ctx.socket(zmq.SUB)
         self.heartbeats.setsockopt(zmq.LINGER, 0)
         self.heartbeats.setsockopt(zmq.CONFLATE, 1)  # only the newest heartbeat matters
@@ -183,14 +181,14 @@ class NodeManager:
         # Before the shells' socket exists: a re-adopted shell's first words find its job known.
         self._carry_out(self.node.recover())
         self.os.prepare()  # the job shell launcher starts now, not in the middle of the first job
-        self.node.local.shells_endpoint = bind(self.shells, f"ipc://{self.run_dir / 'shells.sock'}")
+        self.to_shells.start()
+        self.node.local.shells_endpoint = str(self.to_shells.path)
         # Job shells run as their job's user and must reach the NM; their pids authenticate them.
-        os.chmod(self.run_dir / "shells.sock", 0o666)  # noqa: S103
+        os.chmod(self.to_shells.path, 0o666)  # noqa: S103
         os.chmod(self.run_dir, 0o755)  # noqa: S103
         watches = self._watch_links()  # before connecting: the first handshake may be the one refused
         self.mm.connect(self.config.nm.mm)
         self.to_mm.start()
-        self.to_shells.start()
         info = {"pid": os.getpid(), "node": self.name, "mm": self.config.nm.mm, "cpus": self.cpus}
         (self.run_dir / "nm.json").write_text(json.dumps(info) + "\n")
         log.info(
@@ -217,7 +215,6 @@ class NodeManager:
         self.to_mm.stop()
         self.to_shells.stop()
         (self.run_dir / "nm.json").unlink(missing_ok=True)
-        self.shells.close()
         self.mm.close()
         self.heartbeats.close()
         self.ctx.term()
@@ -232,7 +229,7 @@ class NodeManager:
         for msg in out.to_mm:
             self._to_mm(msg)
         for identity, reply in out.to_shells:
-            self.to_shells.send([identity, p.encode(reply)])
+            self.to_shells.send(identity, p.encode(reply))
         loop = asyncio.get_running_loop()
         for job in out.watch:
             loop.add_reader(job.shell_pidfd, self._shell_exited, job)
@@ -330,7 +327,7 @@ class NodeManager:
         for job_id in out.escalate:
             loop.call_later(self.config.nm.kill_grace, self.node.escalate, job_id)
         for identity, msg in out.to_shells:
-            self.to_shells.send([identity, p.encode(msg)])
+            self.to_shells.send(identity, p.encode(msg))
         deadline = time.monotonic() + self.config.nm.kill_grace + STOP_WAIT_SECONDS
         while any(j.done is None for j in self.jobs.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -344,7 +341,7 @@ class NodeManager:
         gone with it."""
         out = self.node.retire_shells(time.monotonic(), everyone=everyone)
         for identity, msg in out.to_shells:
-            self.to_shells.send([identity, p.encode(msg)])
+            self.to_shells.send(identity, p.encode(msg))
         retired = [s for s in self.node.local.shells.all() if not s.jobs or everyone]
         deadline = time.monotonic() + SHELLS_EXIT_SECONDS
         while any(s.pidfd >= 0 for s in retired) and time.monotonic() < deadline:
@@ -393,17 +390,13 @@ class NodeManager:
 
     # ---------------------------------------------------------------------------------------------- shells
 
-    def _shell_message(self, frames: Frames) -> None:
-        if len(frames) != 2:
-            return
+    def _shell_message(self, identity: bytes, message: bytes, who: Who) -> None:
         try:
-            msg = p.decode(frames[1].bytes, p.MAX_NODE_MESSAGE)
+            msg = p.decode(message, p.MAX_NODE_MESSAGE)
         except p.ProtocolError as exc:
             self._warn("bad shell", "bad message from a job shell: %s", exc)
             return
-        caller = peer_credentials(frames[1])
-        who = None if caller is None else (caller.pid, caller.uid)
-        self._carry_out(self.node.from_shell(frames[0].bytes, msg, who, time.monotonic()))
+        self._carry_out(self.node.from_shell(identity, msg, who, time.monotonic()))
 
     def _shell_exited(self, job: LocalJob) -> None:
         self._unwatch(job)

@@ -1,8 +1,8 @@
 """A ZeroMQ socket served from the event loop's watch of its descriptor, without pyzmq's futures.
 
-storm-nm's sockets (to the MM, to its job shells) and a job shell's socket to its NM carry a few messages
-per job each way. pyzmq's awaitable receive and send made a future, callbacks and extra event-loop turns of
-every one of them: a good part of both processes' CPU per job. A :class:`Link` reads and writes through a
+storm-nm's socket to the MM carries a few messages per job each way (its job shells have a link of their
+own, nm/shell_link.py). pyzmq's awaitable receive and send made a future, callbacks and extra event-loop
+turns of every one of them: a good part of the NM's CPU per job. A :class:`Link` reads and writes through a
 shadow of the socket (a plain socket on the same ZeroMQ socket) that never waits:
 
 - receiving: the loop watches the socket's descriptor; when it is ready, every message waiting (up to

@@ -6,8 +6,8 @@ launcher, an event loop, a ZeroMQ context and its threads): with the rank's own 
 that capped storm near 100 one-rank jobs per second on two cores. A job shell that stays and forks only the
 ranks (which Python then starts with vfork: the job shell runs as the user already) costs a message per job.
 
-It connects to the NM's ``ipc://`` endpoint (a DEALER with a random routing id: the NM knows its shells by
-pid, which the kernel vouches for) and says ``shell_ready``; then the NM sends it ``shell_launch`` for each
+It connects to the NM's Unix socket (nm/shell_link.py: the NM knows its shells by pid, which the kernel
+vouches for) and says ``shell_ready``; then the NM sends it ``shell_launch`` for each
 job, the answers to the jobs' requests (PMI barriers, names, acknowledgements) and ``shell_stop`` to stop a
 job. It exits:
 
@@ -18,10 +18,9 @@ job. It exits:
   restarted NM, which gives it no new job (it did not start it); after such a reconnection, also once no
   process of its jobs has run for ORPHAN_WAIT seconds (a report nobody acknowledges: its exits are on disk).
 
-It outlives a restart of its NM: the DEALER reconnects by itself once a new storm-nm binds the same endpoint,
-and the job shell then says ``shell_ready`` and sends each job's state again (nm/shell.py). SIGTERM stops the
-processes of every job. For debugging, ``python -m storm.nm.shell_server --endpoint ipc://... --node NAME
---cpus 0,1`` runs one by hand.
+It outlives a restart of its NM: it connects again once a new storm-nm listens on the same socket, then says
+``shell_ready`` and sends each job's state again (nm/shell.py). SIGTERM stops the processes of every job. For
+debugging, ``python -m storm.nm.shell_server --endpoint PATH --node NAME --cpus 0,1`` runs one by hand.
 """
 
 from __future__ import annotations
@@ -29,24 +28,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import secrets
 import signal
 import sys
 import traceback
 from pathlib import Path
 
-import zmq
-import zmq.asyncio
-from zmq.utils.monitor import parse_monitor_message
-
 from storm.mm import protocol as p
 from storm.mm.config import NMConfig
 from storm.nm.jobdir import JobDir
-from storm.nm.link import Frames, Link
 from storm.nm.shell import Hook, Shell
+from storm.nm.shell_link import NmLink
 
 ORPHAN_WAIT = 30.0
-SEND_WAIT = 2.0  # seconds an exiting job shell waits for sends ZeroMQ could not take yet (as its linger)
+SEND_WAIT = 2.0  # seconds an exiting job shell waits for sends the kernel could not take yet
 
 
 class ShellServer:
@@ -54,16 +48,9 @@ class ShellServer:
         self.node = node
         self.cpus = cpus
         self.spawn_limit = spawn_limit
-        self.ctx = zmq.asyncio.Context()
-        self.nm = self.ctx.socket(zmq.DEALER)
-        # A random routing id, kept across reconnections: one any local user could guess could be taken
-        # first, and the NM's ROUTER refuses a second peer with an id already in use.
-        self.nm.setsockopt(zmq.ROUTING_ID, b"shell-" + secrets.token_hex(16).encode())
-        self.nm.setsockopt(zmq.LINGER, 2000)
-        # Set up before connecting, so that the first connection is seen too.
-        self.events = self.nm.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
-        self.nm.connect(endpoint)
-        self.link = Link(self.nm, self._nm_message)  # without pyzmq's futures (nm/link.py)
+        self.link = NmLink(
+            endpoint.removeprefix("ipc://"), p.MAX_NODE_MESSAGE, self._nm_message, self._connected, self._lost
+        )
         # Messages for jobs that may write to their ranks (PMI answers), in order, for _job_messages.
         self.for_jobs: asyncio.Queue[tuple[Shell, p.Message]] = asyncio.Queue()
         self.jobs: dict[int, Shell] = {}
@@ -73,15 +60,16 @@ class ShellServer:
         self.connected = False
         self.finished = asyncio.Event()
         self._orphan_timer: asyncio.TimerHandle | None = None
+        self._resend: asyncio.Task[None] | None = None  # the states sent again to a restarted NM
 
     async def send(self, msg: p.Message) -> None:
-        self.link.send([p.encode(msg)])  # never waits (a coroutine for the callers in nm/shell.py)
+        self.link.send(p.encode(msg))  # never waits (a coroutine for the callers in nm/shell.py)
 
     def forward(self, msg: p.JobOutput) -> None:
         """A streamed job's output for the NM, dropped when the link is backed up (nm/output.py)."""
-        if self.link.kept and not msg.eof:
+        if self.link.backed_up and not msg.eof:
             return
-        self.link.send([p.encode(msg)])
+        self.link.send(p.encode(msg))
 
     def _check_finished(self) -> None:
         """Exit when no more work can come (see the module's docstring)."""
@@ -134,11 +122,9 @@ class ShellServer:
             self._tasks.pop(job_id, None)
             self._check_finished()
 
-    def _nm_message(self, frames: Frames) -> None:
+    def _nm_message(self, message: bytes) -> None:
         try:
-            if len(frames) != 1:
-                raise p.ProtocolError(f"{len(frames)} frames")
-            msg = p.decode(frames[0].bytes, p.MAX_NODE_MESSAGE)
+            msg = p.decode(message, p.MAX_NODE_MESSAGE)
         except p.ProtocolError as exc:
             print(f"storm-shell: bad message from the NM: {exc}", file=sys.stderr)
             return
@@ -163,26 +149,23 @@ class ShellServer:
                 traceback.print_exc()  # this job's message is lost, not the ones after it
             self._check_finished()
 
-    async def _follow_nm(self) -> None:
+    def _connected(self, connections: int) -> None:
         """Every connection after the first is to a restarted NM: tell it everything again."""
-        seen = 0
-        while True:
-            event = parse_monitor_message(await self.events.recv_multipart())
-            if event["event"] == zmq.EVENT_DISCONNECTED:
-                self.connected = False
-            elif event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.connected = True
-                seen += 1
-                if seen > 1:
-                    print(
-                        "storm-shell: reconnected to storm-nm; sending each job's state again",
-                        file=sys.stderr,
-                    )
-                    self.orphaned = True
-                    await self.send(p.ShellReady(pid=os.getpid()))
-                    for job in list(self.jobs.values()):
-                        await job.send_state()
-            self._check_finished()
+        self.connected = True
+        if connections > 1:
+            print("storm-shell: reconnected to storm-nm; sending each job's state again", file=sys.stderr)
+            self.orphaned = True
+            self._resend = asyncio.get_running_loop().create_task(self._send_states())
+        self._check_finished()
+
+    async def _send_states(self) -> None:
+        await self.send(p.ShellReady(pid=os.getpid()))
+        for job in list(self.jobs.values()):
+            await job.send_state()
+
+    def _lost(self) -> None:
+        self.connected = False
+        self._check_finished()
 
     def _stop_all(self) -> None:
         for job in self.jobs.values():
@@ -191,22 +174,19 @@ class ShellServer:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop_all)
-        self.link.start()
         listener = loop.create_task(self._job_messages())
-        follower = loop.create_task(self._follow_nm())
         self.connected = True  # until it says otherwise: the NM that started it is there
+        self.link.start()
         await self.send(p.ShellReady(pid=os.getpid()))
         await self.finished.wait()
-        tasks = [listener, follower, *self._tasks.values()]
+        tasks = [listener, *self._tasks.values()]
+        if self._resend is not None:
+            tasks.append(self._resend)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.link.drained(SEND_WAIT)
         self.link.stop()
-        self.nm.disable_monitor()
-        self.events.close(linger=0)
-        self.nm.close()
-        self.ctx.term()
         return 0
 
 

@@ -1,11 +1,13 @@
 """End to end: the NM's job shell socket (``shells.sock``, world-writable so that shells of any user reach
 it) cannot be squatted.
 
-Job shells used to connect with the routing id ``job-N``; a ZeroMQ ROUTER refuses a second peer with an id
-already taken, so any local user who connected as ``job-N`` first cut job N's shell off its NM. Now a shell
-picks a random id and the NM knows its shells by the pid the kernel reports for the connection, replying to
-the connection the shell itself speaks on. The squatter here runs as ``nobody`` where the test can act as
-another user (as in tests/test_cluster_users.py), else as the test's own user.
+Any local user can connect to it and claim to be job N's shell, even giving that shell's pid in its hello.
+The NM knows its shells by the pid the kernel reports for each connection (SO_PEERCRED), not by what a peer
+says, and replies to the connection the shell itself speaks on: such a process neither blocks the real shell
+nor is taken for it, and gets no answer. (Over ZeroMQ, shells once connected with the routing id ``job-N``,
+which a ROUTER refuses to a second peer: whoever took it first cut job N's shell off its NM.) The squatter
+here runs as ``nobody`` where the test can act as another user (as in tests/test_cluster_users.py), else as
+the test's own user.
 """
 
 from __future__ import annotations
@@ -29,50 +31,51 @@ from tests.helpers import JOB_TIMEOUT, poll, start_cluster
 
 pytestmark = pytest.mark.slow
 
-# Connects to each node's shells.sock as job N's shell used to (routing id job-N) and, every 50 ms until its
-# stdin closes, says what that job's shell would: hello (claiming the real shell's pid once the test has
-# written it to claim-NODE), ranks started, a rank failing, a PMI barrier, the final report. Prints what
-# it sent and what it got back.
+# Connects to each node's shells.sock (nm/shell_link.py: a Unix stream socket carrying length-prefixed
+# messages) and, every 50 ms until its stdin closes, says what job N's shell would: hello (claiming the real
+# shell's pid once the test has written it to claim-NODE), ranks started, a rank failing, a PMI barrier, the
+# final report. Prints what it sent and what it got back (a connection the NM closes counts as something got).
 SQUATTER = """
-import json, os, sys
-import zmq
+import json, os, select, socket, sys
 from storm.mm import protocol as p
+from storm.nm.shell_link import Frames, frame
 
 job_id, directory, nodes = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-ctx = zmq.Context()
-poller = zmq.Poller()
 socks = {}
 for index, node in enumerate(nodes):
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.ROUTING_ID, f"job-{job_id}".encode())
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(f"ipc://{directory}/nodes/{node}/shells.sock")
-    poller.register(sock, zmq.POLLIN)
-    socks[sock] = (node, index)
-poller.register(sys.stdin, zmq.POLLIN)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(f"{directory}/nodes/{node}/shells.sock")
+    socks[sock] = (node, index, Frames(p.MAX_NODE_MESSAGE))
 rounds, claimed, received = 0, 0, []
 while True:
-    ready = dict(poller.poll(50))
-    if sys.stdin.fileno() in ready:
+    ready, _, _ = select.select([sys.stdin, *socks], [], [], 0.05)
+    if sys.stdin in ready:
         break
-    for sock, (node, rank) in socks.items():
+    for sock, (node, rank, frames) in list(socks.items()):
         if sock in ready:
-            received.append(p.decode(sock.recv()).op)
+            data = sock.recv(1 << 16)
+            if not data:
+                received.append(f"connection to {node} closed")
+                del socks[sock]
+                sock.close()
+                continue
+            received += [p.decode(m, p.MAX_NODE_MESSAGE).op for m in frames.feed(data)]
         try:
             pid = int(open(f"{directory}/claim-{node}").read())
             claimed += 1
         except (OSError, ValueError):
             pid = os.getpid()
         failed = p.RankExit(rank=rank, exit_code=3)
-        for msg in (
+        sock.sendall(b"".join(frame(p.encode(msg)) for msg in (
             p.ShellHello(job_id=job_id, pid=pid),
             p.RanksStarted(job_id=job_id, pids={str(rank): 1}),
             p.PmiBarrierIn(job_id=job_id, node=node, seq=0, kvs={"squatted": "yes"}),
             p.RankExited(job_id=job_id, exit=failed),
             p.ShellDone(job_id=job_id, exits=(failed,)),
-        ):
-            sock.send(p.encode(msg))
+        )))
     rounds += 1
+for sock in socks:
+    sock.close()
 print(json.dumps({"rounds": rounds, "claimed": claimed, "received": received}))
 """
 
@@ -114,8 +117,8 @@ def squatter_user() -> dict[str, Any]:
     except KeyError:
         return {}
     probe = subprocess.run(
-        [sys.executable, "-c", "import storm.mm.protocol"], user=user.pw_uid, group=user.pw_gid,
-        extra_groups=[], cwd="/", capture_output=True, check=False, timeout=JOB_TIMEOUT,
+        [sys.executable, "-c", "import storm.mm.protocol, storm.nm.shell_link"], user=user.pw_uid,
+        group=user.pw_gid, extra_groups=[], cwd="/", capture_output=True, check=False, timeout=JOB_TIMEOUT,
     )  # fmt: skip
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []} if probe.returncode == 0 else {}
 
@@ -124,9 +127,12 @@ def log_of(cluster: LocalCluster, node: str) -> str:
     return (cluster.dir / "nodes" / f"{node}.log").read_text()
 
 
-def test_a_process_squatting_a_jobs_routing_id_neither_blocks_nor_impersonates_its_shell(
+def test_a_process_claiming_a_jobs_shell_on_its_socket_neither_blocks_nor_impersonates_it(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
+    """A local process connected to each node's shells.sock says it is the next job's shell, its hello
+    giving the real shell's pid once it runs: the NMs drop all it says, the job runs as if it were not
+    there, and it receives nothing."""
     nodes = cluster.node_names()
     (tmp_path / "rank.py").write_text(RANK)
     with cluster.client() as client:

@@ -9,7 +9,8 @@ records nested in lists, and at the byte level truncation, bit flips, insertions
   a valid message of a registered op, which encodes and decodes back to itself, or raises ProtocolError, and
   never anything else.
 - The raw-bytes fuzzer sends 10,000 such messages from a fixed seed to a live cluster (the MM's client and
-  node sockets and a node manager's job shell socket), plus raw non-ZeroMQ streams to every listening socket,
+  node sockets, and framed on a node manager's job shell socket), plus raw streams that are no ZeroMQ or
+  frames at all to every listening socket,
   while a job runs; then every daemon must be up, answering, with no descriptor leaked, the running job
   untouched, a new job must run correctly, and the store must hold exactly the jobs the fuzz submitted (the
   test decodes each message as the MM does, so it knows which ones were real submissions and cancels).
@@ -39,6 +40,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storm.mm import protocol as p
+from storm.nm.shell_link import HEADER, frame
 from storm.tools.local_cluster import LocalCluster
 from tests.helpers import JOB_TIMEOUT, fd_count, poll, python_app, storm_cli
 from tests.test_cluster_input import fake_mm, node_dealer, standalone_nm
@@ -410,21 +412,34 @@ def fuzz_node_socket(cluster: LocalCluster, rng: random.Random, counts: Counts) 
 
 
 def fuzz_shell_socket(cluster: LocalCluster, rng: random.Random, job_id: int, counts: Counts) -> None:
-    """SHELL_MESSAGES fuzzed job shell reports to node0's NM, most about a job that runs there: the NM must
-    drop every one (the sender is not that job's shell: neither its pid nor its routing id)."""
+    """SHELL_MESSAGES fuzzed job shell reports to node0's NM, most about a job that runs there, framed on two
+    connections in turn: the NM must drop every one (the sender is not that job's shell: not its pid). Then,
+    on a third, a frame announcing more than MAX_NODE_MESSAGE bytes: the NM closes that connection unread."""
     examples = {
         op: dataclasses.replace(msg, job_id=job_id) if hasattr(msg, "job_id") else msg
         for op, msg in EXAMPLES.items()
     }
-    endpoint = f"ipc://{cluster.node_dir('node0') / 'shells.sock'}"
-    impostor, stranger = dealer(endpoint, b"impostor"), dealer(endpoint, b"job-999999")
-    try:
+    path = str(cluster.node_dir("node0") / "shells.sock")
+    with unix_stream(path) as impostor, unix_stream(path) as stranger:
         for i in range(SHELL_MESSAGES):
-            (impostor if i % 2 else stranger).send(payload(rng, examples, OPS))
-    finally:
-        impostor.close()
-        stranger.close()
+            (impostor if i % 2 else stranger).sendall(frame(payload(rng, examples, OPS)))
     counts["shell messages"] = SHELL_MESSAGES
+    with unix_stream(path) as big:
+        big.sendall(HEADER.pack(p.MAX_NODE_MESSAGE + 1))
+        assert big.recv(1) == b"", "the NM kept a connection that announced an oversized message"
+    counts["shell messages over the limit"] += 1
+
+
+def unix_stream(path: str) -> socket.socket:
+    """A connection to a Unix stream socket, whose reads give up after REPLY_TIMEOUT_MS."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(REPLY_TIMEOUT_MS / 1000)
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 ZMTP_GREETING = b"\xff" + b"\x00" * 8 + b"\x7f\x03\x01NULL" + b"\x00" * 16

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import zmq
 
 from storm.mm import protocol as p
 from storm.mm.config import NMConfig
@@ -29,6 +30,7 @@ from storm.nm.jobdir import JobDir
 from storm.nm.local_jobs import LocalJob, LocalJobs
 from storm.nm.monitor import Monitor
 from storm.nm.processes import LinuxProcesses
+from storm.nm.shell_link import Frames, frame
 from storm.nm.switcher import ContextSwitcher
 from tests.helpers import poll
 
@@ -242,37 +244,68 @@ sys.exit(2 + rank)
 
 
 class FakeNM:
-    """The NM's end of the shells' socket: a ROUTER on the endpoint, as each new storm-nm binds it."""
+    """The NM's end of the shells' socket (nm/shell_link.py): a Unix stream socket listening on the path, as
+    each new storm-nm does; it accepts the shell's connection and answers the connection that spoke last."""
 
-    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> None:
-        self.sock = ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(endpoint)
+    def __init__(self, path: Path) -> None:
+        path.unlink(missing_ok=True)  # the socket file a previous NM left is replaced
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.listener.bind(str(path))
+            self.listener.listen()
+        except BaseException:
+            self.listener.close()
+            raise
+        self.peers: dict[socket.socket, Frames] = {}
+        self.peer: socket.socket | None = None
         self.got: list[p.Message] = []
         self.taken: set[int] = set()
-        self.identity = b""
 
     def until(self, wanted: type[p.Message], check: object = None, timeout: float = 15.0) -> p.Message:
-        for msg in self.got:  # already here: each is returned once
-            if isinstance(msg, wanted) and (check is None or check(msg)) and id(msg) not in self.taken:  # type: ignore[operator]
-                self.taken.add(id(msg))
-                return msg
+        """The first message of type ``wanted`` (passing ``check``) not returned before, waiting for it."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.sock.poll(100):
-                self.identity, body = self.sock.recv_multipart()
-                msg = p.decode(body, p.MAX_NODE_MESSAGE)
-                self.got.append(msg)
-                if isinstance(msg, wanted) and (check is None or check(msg)):  # type: ignore[operator]
+        while True:
+            for msg in self.got:  # each is returned once
+                if isinstance(msg, wanted) and (check is None or check(msg)) and id(msg) not in self.taken:  # type: ignore[operator]
                     self.taken.add(id(msg))
                     return msg
-        raise AssertionError(f"no {wanted.op} within {timeout} s; got {[m.op for m in self.got]}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {wanted.op} within {timeout} s; got {[m.op for m in self.got]}")
+            readable, _, _ = select.select([self.listener, *self.peers], [], [], left)
+            for sock in readable:
+                if sock is self.listener:
+                    conn, _ = self.listener.accept()
+                    self.peers[conn] = Frames(p.MAX_NODE_MESSAGE)
+                else:
+                    self._receive(sock)
+
+    def _receive(self, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(1 << 16)
+        except ConnectionResetError:
+            data = b""
+        if not data:  # the shell went
+            del self.peers[sock]
+            sock.close()
+            if self.peer is sock:
+                self.peer = None
+            return
+        for body in self.peers[sock].feed(data):
+            self.got.append(p.decode(body, p.MAX_NODE_MESSAGE))
+            self.peer = sock
 
     def send(self, msg: p.Message) -> None:
-        self.sock.send_multipart([self.identity, p.encode(msg)])
+        assert self.peer is not None, "no job shell has spoken on a connection still open"
+        self.peer.sendall(frame(p.encode(msg)))
 
     def close(self) -> None:
-        self.sock.close()
+        """The NM goes: its socket and connections close (the shell sees it go, and connects again)."""
+        self.listener.close()
+        for sock in self.peers:
+            sock.close()
+        self.peers.clear()
+        self.peer = None
 
 
 def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
@@ -283,11 +316,10 @@ def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
     )
     jobdir = JobDir.of(tmp_path / "run", 11)
     jobdir.create(os.getuid(), os.getgid(), p.encode(launch))
-    endpoint = f"ipc://{tmp_path / 'shells.sock'}"
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    nm = FakeNM(ctx, endpoint)
+    endpoint = tmp_path / "shells.sock"
+    nm = FakeNM(endpoint)
     shell = subprocess.Popen(
-        [sys.executable, "-m", "storm.nm.shell_server", "--endpoint", endpoint, "--node", "n0",
+        [sys.executable, "-m", "storm.nm.shell_server", "--endpoint", str(endpoint), "--node", "n0",
          "--cpus", "0"],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -299,7 +331,7 @@ def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
         nm.until(p.PmiBarrierIn, lambda m: m.seq == 0)
         nm.close()  # the NM dies before the MM's answer came
 
-        nm = FakeNM(ctx, endpoint)  # the next NM: the shell asks again, and gets its answer
+        nm = FakeNM(endpoint)  # the next NM: the shell asks again, and gets its answer
         assert nm.until(p.RanksStarted) == started
         assert p.ShellReady(pid=shell.pid) in nm.got
         nm.until(p.PmiBarrierIn, lambda m: m.seq == 0)
@@ -310,7 +342,7 @@ def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
         for rank in (0, 1):  # both ranks end while no NM listens
             (tmp_path / f"go{rank}").touch()
         poll(jobdir.exits.exists, 10, "the shell to record the exits")
-        nm = FakeNM(ctx, endpoint)
+        nm = FakeNM(endpoint)
         done = nm.until(p.ShellDone)
         assert isinstance(done, p.ShellDone)
         assert [(e.rank, e.exit_code) for e in done.exits] == [(0, 2), (1, 3)]
@@ -328,18 +360,16 @@ def test_the_job_shell_tells_each_new_nm_what_it_missed(tmp_path: Path) -> None:
         assert shell.stderr is not None
         log = shell.stderr.read()
         shell.stderr.close()
-        ctx.term()
     assert log.count("reconnected to storm-nm") == 2, log
 
 
 def test_a_job_shell_serves_its_users_jobs_until_retired(tmp_path: Path) -> None:
     """Two jobs in one job shell, each rank in a session of its own; a stopped job ends by SIGTERM; retired,
     the shell exits once its jobs are over."""
-    endpoint = f"ipc://{tmp_path / 'shells.sock'}"
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    nm = FakeNM(ctx, endpoint)
+    endpoint = tmp_path / "shells.sock"
+    nm = FakeNM(endpoint)
     shell = subprocess.Popen(
-        [sys.executable, "-m", "storm.nm.shell_server", "--endpoint", endpoint, "--node", "n0",
+        [sys.executable, "-m", "storm.nm.shell_server", "--endpoint", str(endpoint), "--node", "n0",
          "--cpus", "0"],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -368,4 +398,3 @@ def test_a_job_shell_serves_its_users_jobs_until_retired(tmp_path: Path) -> None
             shell.wait()
         assert shell.stderr is not None
         shell.stderr.close()
-        ctx.term()

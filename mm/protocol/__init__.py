@@ -1,6 +1,7 @@
 """Every message storm's programs exchange, in one place.
 
-Transport: ZeroMQ frames, each message one msgpack map ``{"op": <name>, <field>: <value>, ...}``.
+Transport: ZeroMQ frames (a length-prefixed stream between a node's NM and its job shells), each message one
+msgpack map ``{"op": <name>, <field>: <value>, ...}``.
 
 Links and who speaks on them:
 
@@ -17,7 +18,8 @@ Links and who speaks on them:
   under gang scheduling and FCS, naming the row of the Ousterhout matrix that runs now. NMs act only on a
   newer ``seq`` of the same ``epoch`` and fall back to running everything (but suspended jobs) when
   heartbeats stop.
-- job shell <-> storm-nm: DEALER -> ROUTER on an ``ipc://`` endpoint in the NM's run directory. A job shell
+- job shell <-> storm-nm: a Unix stream socket in the NM's run directory, each message after its 4-byte
+  length (nm/shell_link.py; the kernel names each connection's pid and uid to the NM). A job shell
   runs as one user on one node and serves that user's jobs there: it spawns their ranks and serves their PMI
   wire-up (see nm/shell.py). It says ``shell_ready`` on each connection; the NM sends it ``shell_launch``
   (a job to start), ``shell_stop`` (stop a job's processes) and ``shell_retire`` (exit once idle).
