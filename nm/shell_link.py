@@ -14,7 +14,8 @@ What stays as it was with ZeroMQ:
   accepted), and replies to the connection the shell speaks on, named by an opaque identity;
 - a message the NM sends to a connection that has closed is dropped;
 - a connection that announces a message above the limit (MAX_NODE_MESSAGE, ZeroMQ's MAXMSGSIZE before) is
-  closed, as is one that sends anything else than frames;
+  closed, as is one that sends anything else than frames, and one that leaves more than twice the limit
+  unread (where ZeroMQ dropped messages beyond its high-water mark: memory stays bounded either way);
 - a shell that loses its NM tries again every RECONNECT seconds and keeps what it sends meanwhile (up to
   KEPT_MAX messages, ZeroMQ's default high-water mark), to be sent first once connected.
 
@@ -49,6 +50,7 @@ KEPT_MAX = 1000  # messages a shell keeps while it has no NM
 BACKLOG = 128
 ACCEPT_RETRY = 0.1  # seconds before accepting again when out of descriptors
 DRAIN_POLL = 0.01  # seconds between looks while waiting for unsent bytes to go (only when stopping)
+PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 
 
 class Frames:
@@ -118,6 +120,7 @@ class Connection:
         data = frame(message)
         if self.unsent:
             self.unsent += data
+            self._check_unsent()
             return
         try:
             sent = self.sock.send(data)
@@ -129,6 +132,11 @@ class Connection:
         if sent < len(data):
             self.unsent += memoryview(data)[sent:]
             self.loop.add_writer(self.fd, self._writable)
+            self._check_unsent()
+
+    def _check_unsent(self) -> None:
+        if len(self.unsent) > 2 * self.frames.limit:
+            self.close(f"the peer left more than {2 * self.frames.limit} bytes unread")
 
     def _writable(self) -> None:
         try:
@@ -194,12 +202,19 @@ class ShellListener:
         self._numbers = itertools.count(1)
 
     def start(self) -> None:
-        """Listen (a socket file left by an NM before is replaced: one NM per run directory, its lock)."""
+        """Listen (a socket file left by an NM before is replaced: one NM per run directory, its lock). An NM
+        that cannot exits with a message rather than a traceback."""
+        if len(os.fsencode(self.path)) > PATH_MAX:
+            raise SystemExit(f"cannot listen on {self.path}: a socket path is limited to {PATH_MAX} bytes")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.bind(str(self.path))
-        sock.listen(BACKLOG)
+        try:
+            sock.bind(str(self.path))
+            sock.listen(BACKLOG)
+        except OSError as exc:
+            sock.close()
+            raise SystemExit(f"cannot listen on {self.path}: {exc.strerror}") from None
         sock.setblocking(False)
         self.sock = sock
         asyncio.get_running_loop().add_reader(sock.fileno(), self._accept)

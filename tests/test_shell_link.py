@@ -10,6 +10,8 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from storm.nm import shell_link
 from storm.nm.shell_link import HEADER, Frames, NmLink, ShellListener, Who, frame
 
@@ -149,6 +151,41 @@ def test_the_nm_closes_a_connection_that_sends_what_is_not_a_frame_and_serves_th
         ends.nm.stop()
 
     asyncio.run(main())
+
+
+def test_the_nm_closes_a_connection_that_leaves_its_messages_unread(tmp_path: Path) -> None:
+    async def main() -> None:
+        heard: list[bytes] = []
+        listener = ShellListener(tmp_path / "shells.sock", 1 << 20, lambda i, m, w: heard.append(i))
+        listener.start()
+        loop = asyncio.get_running_loop()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as idle:
+            idle.setblocking(False)
+            await loop.sock_connect(idle, str(tmp_path / "shells.sock"))
+            await loop.sock_sendall(idle, frame(b"hello"))  # so that the NM has its identity to answer
+            await until(lambda: len(heard) == 1)
+            peer = listener.peers[heard[0]]
+            for _ in range(2):  # up to twice the limit unread: kept
+                listener.send(heard[0], bytes(1 << 20))
+            assert not peer.closed and len(peer.unsent) > 1 << 20
+            listener.send(heard[0], bytes(1 << 20))  # beyond: the connection goes
+            assert peer.closed and heard[0] not in listener.peers
+        listener.stop()
+
+    asyncio.run(main())
+
+
+def test_an_nm_that_cannot_listen_says_why(tmp_path: Path) -> None:
+    async def main() -> None:
+        deep = tmp_path / ("d" * 100) / "shells.sock"
+        with pytest.raises(SystemExit, match="a socket path is limited to 107 bytes"):
+            ShellListener(deep, LIMIT, lambda i, m, w: None).start()
+        with pytest.raises(SystemExit, match="No such file or directory"):
+            ShellListener(tmp_path / "missing" / "shells.sock", LIMIT, lambda i, m, w: None).start()
+
+    before = fds()
+    asyncio.run(main())
+    assert fds() == before
 
 
 def test_a_new_nm_replaces_the_socket_file_an_earlier_one_left(tmp_path: Path) -> None:
