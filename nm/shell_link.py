@@ -3,10 +3,11 @@ length (big-endian) and one encoded message of storm.mm.protocol.
 
 It was a ZeroMQ ROUTER (the NM) and DEALERs (the shells) on an ``ipc://`` endpoint. A message then crossed
 four threads: the sender's, its ZeroMQ context's I/O thread, the receiver's I/O thread and the receiver's.
-On this project's 2-core hosts under CPU load, a 200-byte message's round trip took 63-90 us (median) and
-0.9-1.4 ms (90th percentile) through ZeroMQ, against 12-14 us and 16-25 us over a Unix socket; a one-rank
-job crosses this link four times, three of them while its PE is held. Here the kernel hands each message
-from one event loop to the other.
+On this project's 2-core hosts, with 2 or 4 processes loading the CPUs, a 200-byte message's round trip
+between two event loops took 99-131 us (median) and 1.2-1.9 ms (90th percentile) through ZeroMQ, against
+77-91 us and 120-134 us here (``storm bench link``, tools/bench_link.py); a one-rank job crosses this
+link four times, three of them while its PE is held. Here the kernel hands each message from one event
+loop to the other.
 
 What stays as it was with ZeroMQ:
 

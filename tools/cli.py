@@ -531,7 +531,8 @@ def add_cluster_commands(sub: Any) -> None:
         "a registration storm, 10,000 jobs, long queues, launch and CLI plug-ins); "
         "history: storm history over 100,000 stored jobs, and storm-mm's answers while a big one runs; "
         "arrays: submitting an array, a pass with held tasks, releasing dependents (in memory, no cluster); "
-        "metrics: what a scrape and the nodes' timings cost storm-mm (in memory, no cluster)"
+        "metrics: what a scrape and the nodes' timings cost storm-mm (in memory, no cluster); "
+        "link: a message's round trip over the NM's link to its job shells against ZeroMQ (no cluster)"
     )
     which = (
         "launch",
@@ -550,6 +551,7 @@ def add_cluster_commands(sub: Any) -> None:
         "history",
         "arrays",
         "metrics",
+        "link",
     )
     b.add_argument("which", choices=which, help=kinds)
     b.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options (--help)")
