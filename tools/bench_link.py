@@ -177,7 +177,10 @@ def measure(transport: str, directory: Path, messages: int, size: int) -> list[f
 
 def summary(times: list[float]) -> dict[str, float]:
     ordered = sorted(times)
-    at = lambda q: 1e6 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+
+    def at(q: float) -> float:
+        return 1e6 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
     return {"median_us": 1e6 * statistics.median(ordered), "p90_us": at(0.9), "p99_us": at(0.99)}
 
 
