@@ -54,10 +54,11 @@ messages, and building the other forty-odd classes cost it about 4 ms, a tenth o
 
 - records.py: the records nested in messages (RankExit, JobInfo, RankStats, FcsParameters, ...), the wire's
   vocabularies (Policy, Klass, the state names), PROTOCOL_VERSION and the checks several links share.
-- client.py: client <-> MM requests and replies (``error``, ``submit_job`` ... ``node_list``), error_for.
+- client.py: client <-> MM requests and replies (``error``, ``submit_job`` ... ``node_list``, ``get_spawns``),
+  error_for.
 - node.py: storm-nm <-> storm-mm, ``heartbeat`` included (``register_node`` ... ``pmi_barrier_out``).
 - shell.py: job shell <-> storm-nm (``shell_hello`` ... ``shell_retire``).
-- spawn.py: dynamic processes and names (``spawned`` ... ``pmi_name_result``, ``get_spawns``).
+- spawn.py: dynamic processes and names (``spawned`` ... ``pmi_name_result``).
 - output.py: streamed output (``job_output``, ``attach_output``, ``output_attached``).
 - history.py: accounting (``job_history`` -> ``history``).
 - timings.py: the heartbeat and switch timings a node reports in ``node_status`` (SwitchTimings).
@@ -118,6 +119,7 @@ from storm.mm.protocol.client import ClassesView as ClassesView
 from storm.mm.protocol.client import Error as Error
 from storm.mm.protocol.client import GetClasses as GetClasses
 from storm.mm.protocol.client import GetMatrix as GetMatrix
+from storm.mm.protocol.client import GetSpawns as GetSpawns
 from storm.mm.protocol.client import GetStats as GetStats
 from storm.mm.protocol.client import JobList as JobList
 from storm.mm.protocol.client import JobSubmitted as JobSubmitted
@@ -127,6 +129,7 @@ from storm.mm.protocol.client import MatrixView as MatrixView
 from storm.mm.protocol.client import NodeList as NodeList
 from storm.mm.protocol.client import Reply as Reply
 from storm.mm.protocol.client import Request as Request
+from storm.mm.protocol.client import SpawnsView as SpawnsView
 from storm.mm.protocol.client import StatsView as StatsView
 from storm.mm.protocol.client import SubmitJob as SubmitJob
 from storm.mm.protocol.client import TaskRef as TaskRef
@@ -172,14 +175,12 @@ if TYPE_CHECKING:  # what mypy sees; at run time, __getattr__ below finds these 
     from storm.mm.protocol.spawn import NAME_OPS as NAME_OPS
     from storm.mm.protocol.spawn import PORT_MAX as PORT_MAX
     from storm.mm.protocol.spawn import SERVICE_MAX as SERVICE_MAX
-    from storm.mm.protocol.spawn import GetSpawns as GetSpawns
     from storm.mm.protocol.spawn import JobSpawned as JobSpawned
     from storm.mm.protocol.spawn import PmiName as PmiName
     from storm.mm.protocol.spawn import PmiNameResult as PmiNameResult
     from storm.mm.protocol.spawn import Spawned as Spawned
     from storm.mm.protocol.spawn import SpawnExited as SpawnExited
     from storm.mm.protocol.spawn import SpawnFailed as SpawnFailed
-    from storm.mm.protocol.spawn import SpawnsView as SpawnsView
 
     # isort: split
     from storm.mm.protocol.output import OUTPUT_CHUNK as OUTPUT_CHUNK

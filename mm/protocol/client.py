@@ -302,3 +302,22 @@ class ClassesView(Reply):
 @dataclass(frozen=True, kw_only=True)
 class NodeList(Reply):
     nodes: tuple[NodeInfo, ...]
+
+
+@message("get_spawns")
+@dataclass(frozen=True, kw_only=True)
+class GetSpawns(Request):
+    job_id: int
+
+
+@message("spawns")
+@dataclass(frozen=True, kw_only=True)
+class SpawnsView(Reply):
+    """What a job spawned: MPI_Comm_spawn calls served and the processes they started (counted when their
+    node reported them), and spawns refused, with the last refusal's reason."""
+
+    job_id: int
+    spawns: int = 0
+    processes: int = 0
+    refused: int = 0
+    last_refusal: str = ""

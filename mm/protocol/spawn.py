@@ -1,5 +1,5 @@
 """Dynamic processes (MPI_Comm_spawn) and names (MPI_Publish_name and friends): job shell -> NM -> MM
-reports of spawns, the name service's requests and results, and ``get_spawns`` for clients.
+reports of spawns and the name service's requests and results (a client's ``get_spawns`` is client.py's).
 
 Part of storm.mm.protocol, whose docstring documents every link and message: import these from there.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 from storm.mm.cached_dataclass import dataclass  # its methods compiled once and kept
 from storm.mm.codec import Message, message
 from storm.mm.codec import check as _check
-from storm.mm.protocol.client import Reply, Request
 from storm.mm.protocol.records import RankExit, _check_pids, _numbered, _plain
 
 # --------------------------------------------------------------------------------------------------------
@@ -132,22 +131,3 @@ class PmiNameResult(Message):
     def __post_init__(self) -> None:
         _check(self.seq >= 0, "seq must be >= 0")
         _check(len(self.port) <= PORT_MAX, f"port: at most {PORT_MAX} characters")
-
-
-@message("get_spawns")
-@dataclass(frozen=True, kw_only=True)
-class GetSpawns(Request):
-    job_id: int
-
-
-@message("spawns")
-@dataclass(frozen=True, kw_only=True)
-class SpawnsView(Reply):
-    """What a job spawned: MPI_Comm_spawn calls served and the processes they started (counted when their
-    node reported them), and spawns refused, with the last refusal's reason."""
-
-    job_id: int
-    spawns: int = 0
-    processes: int = 0
-    refused: int = 0
-    last_refusal: str = ""
