@@ -72,8 +72,13 @@ def add_loader(load: Callable[[], object]) -> None:
 
 
 def _load_all() -> None:
-    while _LOADERS:
-        _LOADERS.pop(0)()
+    # A loader only imports, which is idempotent, and an import under way in another thread is waited for:
+    # so whoever finds loaders runs them all (their ops are registered when it returns), and they are
+    # forgotten only once run.
+    if _LOADERS:
+        for load in list(_LOADERS):
+            load()
+        _LOADERS.clear()
 
 
 def _registered(op: str) -> type[Message] | None:
