@@ -19,7 +19,7 @@ names (same pid *and* kernel start time): its ranks and spawned processes (check
 segment, time slicing and measurements; it learns of the shell's exit through a pidfd, since the shell is no
 longer its child. A job whose shell has ended meanwhile is finished from the exits the shell left in its
 directory. The job shell re-sends its state when it reconnects (nm/shell.py), so nothing it reported in
-between is lost.
+between is lost. Reading the records, and sweeping a job nobody can follow, is nm/left_jobs.py's.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from storm.mm import protocol as p
 from storm.mm.config import NMConfig
 from storm.mpihook import SPIN_BLOCK_ENVIRONMENT
 from storm.mpihook.stats import segment_name
-from storm.nm.children import SPAWNED_MPI_NODE, Spawns
+from storm.nm.children import Spawns
 from storm.nm.jobdir import JobDir, job_dirs
+from storm.nm.left_jobs import integer, live_ranks, optional_integer, sweep
 from storm.nm.monitor import Measurements
 from storm.nm.pmi import mpich_shm_names
 from storm.nm.processes import Processes
 from storm.nm.profile import Profiler
 from storm.nm.shells import JobShell, JobShells
-from storm.nm.spawn import world_kvsname
 from storm.nm.switcher import ContextSwitcher
 
 log = logging.getLogger("storm.nm")
@@ -488,7 +488,7 @@ class LocalJobs:
                 except (KeyError, TypeError, ValueError, OSError, p.ProtocolError) as exc:
                     log.warning("job %s: cannot re-adopt it: %s", jobdir.path.name, exc)
             if job is None:
-                self._sweep(jobdir, record)
+                sweep(self.os, jobdir, record)
             else:
                 adopted.append(job)
         # The logs of job shells that serve none of these jobs: those shells exit once idle, if they run.
@@ -504,8 +504,8 @@ class LocalJobs:
         launch = None if data is None else p.decode(data, p.MAX_NODE_MESSAGE)
         if not isinstance(launch, p.LaunchJob) or str(launch.job_id) != jobdir.path.name:
             return None
-        shell, shell_start = _int(record["shell_pid"]), _optional_int(record.get("shell_start"))
-        ranks, starts = self._live_ranks(record)
+        shell, shell_start = integer(record["shell_pid"]), optional_integer(record.get("shell_start"))
+        ranks, starts = live_ranks(self.os, record)
         # The last check that may refuse the record: nothing is held yet.
         spawns = Spawns.from_record(record.get("spawns"), self.os.start_time)
         # The pidfd first, then the check: if the start time matches, the pidfd names our shell.
@@ -562,74 +562,10 @@ class LocalJobs:
         )  # fmt: skip
         return job
 
-    def _live_ranks(self, record: dict[str, object]) -> tuple[dict[int, int], dict[int, int]]:
-        """The recorded ranks still running as the same processes (pid and start time): their pids and
-        start times."""
-        ranks = record.get("ranks") or {}
-        if not isinstance(ranks, dict):
-            raise ValueError("ranks is not a map")
-        live, starts = {}, {}
-        for rank, (pid, start) in ranks.items():
-            if start is not None and self.os.start_time(_int(pid)) == _int(start):
-                live[int(rank)], starts[int(rank)] = _int(pid), _int(start)
-        return live, starts
-
-    def _record_leaders(self, record: dict[str, object]) -> list[int]:
-        """The sessions of a job nobody can follow, from its record: its ranks' (its shell's, for a job of an
-        older storm-nm, whose shell's session held its ranks). A leader that is gone may still have a session
-        (a pid is not reused while a session carries it); another process with its pid: the pid was reused.
-        A job shell that serves other jobs too is left alone: it is told to stop this job when it speaks
-        of it."""
-        if record.get("own_shell", True):
-            shell = _int(record["shell_pid"])
-            started = self.os.start_time(shell)
-            return [shell] if shell > 0 and (started is None or started == record.get("shell_start")) else []
-        ranks = record.get("ranks") or {}
-        if not isinstance(ranks, dict):
-            raise ValueError("ranks is not a map")
-        leaders = []
-        for pid, start in ranks.values():
-            now = self.os.start_time(_int(pid))
-            if now is None or now == start:
-                leaders.append(_int(pid))
-        return leaders
-
     def _attach_segment(self, job: LocalJob) -> None:
         """Measure the job again from its mpihook segment, each rank polling as a new NM assumes."""
         if job.hook_segment:
             self.monitor.attach(job.launch.job_id, job.hook_segment, [s.rank for s in job.launch.slots])
-
-    def _sweep(self, jobdir: JobDir, record: dict[str, object] | None) -> None:
-        """Kill what a job nobody can follow left running, remove its shared memory and its directory."""
-        try:
-            if record is not None:
-                victims = [
-                    pid for leader in self._record_leaders(record) for pid in self.os.session_members(leader)
-                ]
-                for pid in victims:
-                    self.os.signal(pid, signal.SIGKILL)
-                if victims:
-                    log.warning("job %s: killed %d process(es) it left", jobdir.path.name, len(victims))
-                # "node_index": what a storm-nm from before hosts were known wrote (then the same number)
-                kvsname, index = (
-                    str(record["kvsname"]),
-                    _int(record.get("mpi_node", record.get("node_index"))),
-                )
-                leftovers = list(mpich_shm_names(kvsname, index))
-                spawned = record.get("spawns")
-                worlds = spawned.get("worlds", {}) if isinstance(spawned, dict) else {}
-                launch = jobdir.load_launch()  # the node index of the worlds' names, as launched
-                decoded = None if launch is None else p.decode(launch, p.MAX_NODE_MESSAGE)
-                if isinstance(decoded, p.LaunchJob) and isinstance(worlds, dict):
-                    for world in worlds:
-                        name = world_kvsname(kvsname, decoded.node_index, int(world))
-                        leftovers.extend(mpich_shm_names(name, SPAWNED_MPI_NODE))
-                if record.get("hook_segment"):
-                    leftovers.append(str(record["hook_segment"]).lstrip("/"))
-                self.os.remove_shm(leftovers)
-        except (KeyError, TypeError, ValueError, p.ProtocolError) as exc:
-            log.warning("job %s: unreadable record: %s", jobdir.path.name, exc)
-        jobdir.remove()
 
 
 def _tail(path: str, limit: int = 2000) -> str:
@@ -641,13 +577,3 @@ def _tail(path: str, limit: int = 2000) -> str:
             return f.read().decode(errors="replace").strip()
     except OSError:
         return ""
-
-
-def _int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
-    return value
-
-
-def _optional_int(value: object) -> int | None:
-    return None if value is None else _int(value)
