@@ -194,6 +194,9 @@ def run_shell_server(
     *, endpoint: str, node: str, cpus: list[int], spawn_limit: int = NMConfig.spawn_limit
 ) -> int:
     """Serve the user's jobs on this node until retired (see the module's docstring)."""
+    if len(set(cpus)) == 1:
+        # Every rank it starts runs on that one CPU: it lives there too, and they inherit it (nm/shell.py).
+        os.sched_setaffinity(0, set(cpus))
     return asyncio.run(ShellServer(endpoint, node, cpus, spawn_limit).run())
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,20 @@ def test_each_rank_is_pinned_to_its_pe_and_leads_its_own_session(
     }
     for rank, node in ((0, "node0"), (1, "node1")):
         assert (tmp_path / f"pin-{rank}.out").read_text() == f"{rank} {node} {cpus[node]} True True\n"
+
+
+def test_ranks_on_a_node_of_several_cpus_are_pinned_each_to_its_own(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    """There the job shell pins each rank once started (nm/shell.py); on a node of one CPU (above) the
+    ranks inherit the shell's."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    cluster = make_cluster(nodes=1, pes_per_node=2)
+    code = "import os; print(sorted(os.sched_getaffinity(0)))"
+    with cluster.client() as client:
+        job = run_job(client, ["python", "-c", code], 2, tmp_path, output=str(tmp_path / "pin-%t.out"))
+    assert job.state == "COMPLETED"
+    cpus = json.loads((cluster.node_dir("node0") / "nm.json").read_text())["cpus"]
+    pinned = [json.loads((tmp_path / f"pin-{rank}.out").read_text()) for rank in (0, 1)]
+    assert all(len(one) == 1 for one in pinned) and sorted(c for [c] in pinned) == sorted(cpus)
