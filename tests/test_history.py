@@ -384,6 +384,16 @@ def test_the_request_defaults_to_midnight_unless_jobs_are_named() -> None:
         ch.request(options(since="now-1hour", until="now-2hours"), NOW)
 
 
+def test_an_until_before_midnight_moves_the_default_since_to_its_own_day() -> None:
+    """Just after midnight, `--until now-1hour` means yesterday evening (it used to be refused as before the
+    default --since, today's midnight)."""
+    just_after = datetime.datetime(2024, 3, 15, 0, 20).timestamp()
+    asked = ch.request(options(until="now-1hour"), just_after)
+    assert asked.until == just_after - 3600
+    assert asked.since == datetime.datetime(2024, 3, 14).timestamp()
+    assert ch.request(options(until="now-1hour"), NOW).since == datetime.datetime(2024, 3, 15).timestamp()
+
+
 def test_csv_and_parsable_output() -> None:
     fields = ch.parse_format("JobID,JobName,State")
     jobs = [entry(name="a,b"), entry(id=8, name="c")]

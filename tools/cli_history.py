@@ -247,9 +247,16 @@ def request(args: argparse.Namespace, now: float) -> p.JobHistory:
         raise HistoryUsageError(f"--jobs: job ids are numbers, not {args.jobs!r}") from None
     if args.limit is not None and args.limit < 1:
         raise HistoryUsageError("--limit: at least 1")
-    # sacct's default window: since midnight, unless jobs are named (then whenever they ran).
-    since = parse_when(args.since, now) if args.since else None if job_ids else parse_when("midnight", now)
     until = parse_when(args.until, now) if args.until else None
+    if args.since:
+        since: float | None = parse_when(args.since, now)
+    elif job_ids:
+        since = None  # jobs named: whenever they ran
+    else:
+        # sacct's default window: since midnight, of the day --until names if that is earlier (just after
+        # midnight, `--until now-1hour` asks about yesterday evening, not about a window that ends before
+        # it begins).
+        since = parse_when("midnight", now if until is None else min(now, until))
     if since is not None and until is not None and until < since:
         raise HistoryUsageError(f"--until ({_clock(until)}) is before --since ({_clock(since)})")
     return p.JobHistory(
@@ -318,8 +325,9 @@ def add_history_command(sub: Any) -> None:
         help="in these states (e.g. FAILED,TIMEOUT)",
     )
     h.add_argument(
-        "--since", "--starttime", "-S", metavar="TIME", help="not ended before TIME (default midnight)"
-    )
+        "--since", "--starttime", "-S", metavar="TIME",
+        help="not ended before TIME (default midnight, of --until's day if that is earlier)",
+    )  # fmt: skip
     h.add_argument("--until", "--endtime", "-E", metavar="TIME", help="submitted by TIME (default now)")
     h.add_argument("--name", action="append", metavar="NAME[,NAME]", help="with these job names")
     h.add_argument(
