@@ -48,9 +48,10 @@ else, so a daemon can answer with ``error`` and carry on.
 
 Where the classes are: each link's messages in a module of this package, as below. Import every name from
 here (``storm.mm.protocol``): this module re-exports them all. records.py and client.py are imported with
-it; the others the first time a name of theirs is asked for, or a message of theirs is decoded (then all of
-them at once, registering their messages with the codec). A short ``storm`` command needs only the client's
-messages, and building the other forty-odd classes cost it about 4 ms, a tenth of its life (issue 18).
+it; the others when first needed: a name asked for imports them in order up to the one that has it, and a
+message of an op not registered yet imports them all before it is decoded (importing a module registers its
+messages with the codec). A short ``storm`` command needs only the client's messages, and building the
+other forty-odd classes cost it about 4 ms, a tenth of its life (issue 18).
 
 - records.py: the records nested in messages (RankExit, JobInfo, RankStats, FcsParameters, ...), the wire's
   vocabularies (Policy, Klass, the state names), PROTOCOL_VERSION and the checks several links share.
