@@ -210,8 +210,9 @@ class Shell:
         if len(set(self.cpus)) > 1:
             # Pinned once started. Moving this thread onto the PE's CPU for the fork instead (the child
             # inherits it) made every spawn wait until that CPU was free: with ranks on several CPUs, the
-            # soak's rate fell by 4.5% (see README). A job shell of a one-CPU node lives on that CPU and
-            # its children inherit it (nm/shell_server.py).
+            # soak ran 3% slower (see README). Pinning after the fork on a one-CPU node cost the launch
+            # benchmark 5-7% instead: a job shell there lives on that CPU and its children inherit it
+            # (nm/shell_server.py).
             with contextlib.suppress(ProcessLookupError):
                 os.sched_setaffinity(popen.pid, {self.cpus[proc.pe % len(self.cpus)]})
         popen.returncode = 0  # reaped through the pidfd below, not through Popen

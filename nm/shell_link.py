@@ -51,7 +51,8 @@ KEPT_MAX = 1000  # messages a shell keeps while it has no NM
 BACKLOG = 128
 ACCEPT_RETRY = 0.1  # seconds before accepting again when out of descriptors
 DRAIN_POLL = 0.01  # seconds between looks while waiting for unsent bytes to go (only when stopping)
-PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL (mm/net.py's IPC_PATH_MAX: that module
+# brings pyzmq, which job shells no longer load)
 
 
 class Frames:
