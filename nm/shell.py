@@ -29,7 +29,6 @@ import dataclasses
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -40,6 +39,7 @@ from storm.mm.config import NMConfig
 from storm.mm.slurm_style import expand_path
 from storm.nm.jobdir import JobDir
 from storm.nm.output import StreamedOutput
+from storm.nm.process_start import start_process
 from storm.nm.pmi import MAX_LINE, NameRequest, Outcome, Wireup, process_mapping
 from storm.nm.spawn import SpawnRequest
 from storm.nm.spawner import NAME_TIMEOUT, PendingNames, Proc, Spawner
@@ -192,19 +192,11 @@ class Shell:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env["PMI_FD"] = str(child.fileno())
         try:
-            popen = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=outputs[0],
-                stderr=outputs[1],
-                pass_fds=(child.fileno(),),
-                start_new_session=True,
-            )
-        except OSError as exc:
+            pid = start_process(argv, env, cwd, *outputs, child.fileno())
+        except (OSError, ValueError) as exc:
             parent.close()
-            return f"cannot execute {argv[0]}: {exc.strerror}"
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            return f"cannot execute {argv[0]}: {why}"
         finally:
             child.close()
         if len(set(self.cpus)) > 1:
@@ -214,9 +206,8 @@ class Shell:
             # benchmark 5-7% instead: a job shell there lives on that CPU and its children inherit it
             # (nm/shell_server.py).
             with contextlib.suppress(ProcessLookupError):
-                os.sched_setaffinity(popen.pid, {self.cpus[proc.pe % len(self.cpus)]})
-        popen.returncode = 0  # reaped through the pidfd below, not through Popen
-        proc.pid = popen.pid
+                os.sched_setaffinity(pid, {self.cpus[proc.pe % len(self.cpus)]})
+        proc.pid = pid
         proc.pidfd = os.pidfd_open(proc.pid)
         loop = asyncio.get_running_loop()
         loop.add_reader(proc.pidfd, self._reap, proc)

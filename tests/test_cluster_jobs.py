@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,6 +110,45 @@ def test_unwritable_output_fails_the_job_clearly(client: Client, tmp_path: Path)
     job = run_job(client, ["true"], 1, tmp_path, output=str(blocker / "out"))
     assert job.state == "FAILED"
     assert "cannot open output file" in job.reason
+
+
+def test_a_rank_gets_only_its_descriptors_and_default_signals(client: Client, tmp_path: Path) -> None:
+    """The job shell starts ranks with posix_spawn (nm/process_start.py): nothing of the shell's may leak
+    into them, and SIGPIPE and SIGXFSZ, which Python ignores, are not ignored in the program."""
+    code = (
+        "import os\n"
+        "def is_open(fd):\n"
+        "    try:\n        os.fstat(fd)\n    except OSError:\n        return False\n    return True\n"
+        "pmi = int(os.environ['PMI_FD'])\n"
+        "print(sorted(fd for fd in range(1024) if is_open(fd) and fd != pmi), os.readlink('/proc/self/fd/0'),"
+        " os.getcwd())\n"
+    )
+    job = run_job(client, ["python", "-c", code], 1, tmp_path, output=str(tmp_path / "fds.out"))
+    assert job.state == "COMPLETED", job.reason
+    assert (tmp_path / "fds.out").read_text() == f"[0, 1, 2] /dev/null {tmp_path}\n"
+    job = run_job(client, ["cat", "/proc/self/status"], 1, tmp_path, output=str(tmp_path / "status.out"))
+    assert job.state == "COMPLETED", job.reason
+    [ignored] = [line.split()[1] for line in (tmp_path / "status.out").read_text().splitlines()
+                 if line.startswith("SigIgn:")]  # fmt: skip
+    assert int(ignored, 16) & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0, ignored
+
+
+def test_a_program_is_found_on_the_job_path_from_its_working_directory(
+    client: Client, tmp_path: Path
+) -> None:
+    """Searched on the PATH the job carries (not the job shell's), relative entries from the job's cwd."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    program = bin_dir / "storm-test-program"
+    program.write_text('#!/bin/sh\necho "found in $(pwd)"\n')
+    program.chmod(0o755)
+    env = {**os.environ, "PATH": f"bin:{os.environ.get('PATH', os.defpath)}"}
+    job = run_job(client, ["storm-test-program"], 1, tmp_path, env=env, output=str(tmp_path / "p.out"))
+    assert job.state == "COMPLETED", job.reason
+    assert (tmp_path / "p.out").read_text() == f"found in {tmp_path}\n"
+    missing = run_job(client, ["storm-no-such-program"], 1, tmp_path, env=env)
+    assert (missing.state, missing.exit_code) == ("FAILED", 127)
+    assert "cannot execute storm-no-such-program: No such file or directory" in missing.reason
 
 
 def test_non_mpi_program_runs_on_every_rank(client: Client, tmp_path: Path) -> None:
