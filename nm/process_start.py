@@ -26,11 +26,11 @@ RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def start_process(
-    argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, stderr: int, keep_fd: int
+    argv: list[str], env: Mapping[str, str], cwd: str, *, outputs: tuple[int, int], keep_fd: int
 ) -> int:
-    """Start ``argv`` in ``cwd`` with ``env``, in a session of its own, stdin from /dev/null, stdout and
-    stderr on those descriptors and ``keep_fd`` open as it is; return its pid. Raises OSError (with the
-    errno of the failed exec, chdir or open) or ValueError (a NUL in an argument or the environment)."""
+    """Start ``argv`` in ``cwd`` with ``env``, in a session of its own: stdin from /dev/null, stdout and
+    stderr on the ``outputs`` descriptors, ``keep_fd`` open as it is; return its pid. Raises OSError (with
+    the errno of the failed exec, chdir or open) or ValueError (a NUL in an argument or the environment)."""
     home = os.getcwd()
     path = os.environ.get("PATH")
     os.chdir(cwd)
@@ -43,8 +43,8 @@ def start_process(
             env,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, stdout, 1),
-                (os.POSIX_SPAWN_DUP2, stderr, 2),
+                (os.POSIX_SPAWN_DUP2, outputs[0], 1),
+                (os.POSIX_SPAWN_DUP2, outputs[1], 2),
             ],
             setsid=True,
             setsigdef=RESTORED_SIGNALS,
@@ -81,7 +81,7 @@ def _compare(count: int = 500) -> None:
         return started.pid
 
     def spawn(child: socket.socket) -> int:
-        return start_process(["true"], env, "/tmp", null, null, child.fileno())
+        return start_process(["true"], env, "/tmp", outputs=(null, null), keep_fd=child.fileno())
 
     for _ in range(2):
         for name, start in (("Popen", popen), ("posix_spawn", spawn)):
@@ -94,7 +94,8 @@ def _compare(count: int = 500) -> None:
                 parent.close()
             after = resource.getrusage(resource.RUSAGE_SELF)
             cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
-            print(f"{name:12} CPU {cpu / count * 1e6:6.0f} µs, wall {(time.perf_counter() - wall) / count * 1e6:6.0f} µs")
+            wall = (time.perf_counter() - wall) / count
+            print(f"{name:12} CPU {cpu / count * 1e6:6.0f} µs, wall {wall * 1e6:6.0f} µs")
 
 
 if __name__ == "__main__":

@@ -39,8 +39,8 @@ from storm.mm.config import NMConfig
 from storm.mm.slurm_style import expand_path
 from storm.nm.jobdir import JobDir
 from storm.nm.output import StreamedOutput
-from storm.nm.process_start import start_process
 from storm.nm.pmi import MAX_LINE, NameRequest, Outcome, Wireup, process_mapping
+from storm.nm.process_start import start_process
 from storm.nm.spawn import SpawnRequest
 from storm.nm.spawner import NAME_TIMEOUT, PendingNames, Proc, Spawner
 
@@ -192,7 +192,7 @@ class Shell:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env["PMI_FD"] = str(child.fileno())
         try:
-            pid = start_process(argv, env, cwd, *outputs, child.fileno())
+            pid = start_process(argv, env, cwd, outputs=outputs, keep_fd=child.fileno())
         except (OSError, ValueError) as exc:
             parent.close()
             why = exc.strerror if isinstance(exc, OSError) else str(exc)

@@ -106,6 +106,16 @@ def test_the_soak_part_times_the_soak_s_mix_here_and_under_another_python(tmp_pa
         f.name: f.met for f in b.figures_of({"soak": {**result, "as_their_kind": 39, "jobs_per_second": 1e6}})
     }
     assert judged[f"{mix}: jobs ended as their kind"] is False and judged[speedup.name] is False
+    # Several runs (as `storm bench scale` makes): the median run's figures, the checks of every run.
+    runs = [{**soak._brief(result), "jobs_per_second": rate} for rate in (100.0, 300.0, 200.0)]
+    several = {f.name: f for f in b.figures_of({"soak": {**result, "runs": runs}})}
+    assert several[f"{mix}: throughput (median of 3 runs)"].value == result["jobs_per_second"]
+    assert (several["  slowest run"].value, several["  fastest run"].value) == (100.0, 300.0)
+    assert several[f"{mix}: jobs ended as their kind"].met is True
+    runs[0]["as_their_kind"] = 39
+    judged = {f.name: f.met for f in b.figures_of({"soak": {**result, "runs": runs}})}
+    assert judged[f"{mix}: jobs ended as their kind"] is False
+    assert judged[f"{mix}: speed-up over today (64 jobs/s) (median of 3 runs)"] is False
 
 
 def test_the_command_is_recorded_as_given(tmp_path: Path) -> None:

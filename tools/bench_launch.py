@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import zmq
 
@@ -135,6 +136,35 @@ def measure_throughput(
         "load_before": list(load),
         "cpus": len(os.sched_getaffinity(0)),
     }
+
+
+SCALE_RUNS = 5  # streams behind `storm bench scale`'s launch row: one run moves by 10-20% with the host
+
+
+def scale_figures(work: Path, quick: bool) -> list[SimpleNamespace]:
+    """`storm bench scale`'s rows (fields of its Figure): the median of SCALE_RUNS streams of 1,000 jobs on
+    2 node managers (one of 200 if ``quick``), judged against issue 18's goal, the slowest and fastest run
+    beside it. The runs' clusters live under ``work``."""
+    runs = 1 if quick else SCALE_RUNS
+    jobs = 200 if quick else 1000
+    rates = sorted(
+        _rate(measure_throughput(jobs, 2, directory=_fresh(work / f"launch{i}"))) for i in range(runs)
+    )
+    median = statistics.median(rates)
+    name = "1-rank `true` jobs end to end, 2 NMs" + (f" (median of {runs} runs)" if runs > 1 else "")
+    rows = [_row(name, median, goal=">= 500", met=median >= 500)]
+    if runs > 1:
+        rows += [_row("  slowest run", rates[0]), _row("  fastest run", rates[-1])]
+    return rows
+
+
+def _row(name: str, value: float, goal: str = "", met: bool | None = None) -> SimpleNamespace:
+    return SimpleNamespace(part="launch", name=name, value=value, unit="jobs/s", goal=goal, met=met)
+
+
+def _fresh(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    return directory
 
 
 def _stream(endpoint: str, jobs: int, window: int, cwd: str) -> list[p.JobInfo]:
