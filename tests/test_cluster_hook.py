@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storm.mm import protocol as p
-from storm.tools import bench_hook as bench
+from storm.tools import hook_jobs
 from storm.tools.client import Client
 from storm.tools.local_cluster import LocalCluster
 from tests.helpers import JOB_TIMEOUT, poll, python_app, run_job, storm_cli
@@ -139,7 +139,7 @@ def test_programs_that_hang_on_mpichs_network_path_within_a_host_run_as_under_mp
     MPIR_CVAR_NOLOCAL=1 hangs too). Both ran that way under storm while each node manager was a node of its
     own; the ranks of a local cluster now share memory, as under mpiexec."""
     threads = tmp_path / "threads"
-    bench.mpicc(PROGRAMS / "threads.c", threads, "-pthread")
+    hook_jobs.mpicc(PROGRAMS / "threads.c", threads, "-pthread")
     out = tmp_path / "out-%j-%t"
     for argv, want in (
         (

@@ -23,10 +23,21 @@ from storm import mpihook
 from storm.mpihook import stats
 from storm.mpihook.stats import FOREIGN_MPI, WAIT_POLL, WAIT_SPINBLOCK, HookSegment, RankCounters
 from storm.tools import bench_hook as bench
+from storm.tools.hook_jobs import (
+    BIN,
+    build_bsp,
+    build_pingpong,
+    check,
+    command,
+    hook_segment,
+    mpicc,
+    python_bsp,
+    run,
+)
 
 PROGRAMS = Path(__file__).parent / "programs"
 MPIHOOK = Path(mpihook.__file__).parent
-MPICC = bench.BIN / "mpicc"
+MPICC = BIN / "mpicc"
 
 
 @pytest.fixture(scope="session")
@@ -41,29 +52,29 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def bsp_c(built: Path) -> Path:
-    return bench.build_bsp(built)
+    return build_bsp(built)
 
 
 @pytest.fixture(scope="session")
 def bsp_probe_c(built: Path) -> Path:
-    return bench.build_bsp(built, probe=True)
+    return build_bsp(built, probe=True)
 
 
 @pytest.fixture(scope="session")
 def pingpong(built: Path) -> Path:
-    return bench.build_pingpong(built)
+    return build_pingpong(built)
 
 
 @pytest.fixture(scope="session")
 def edges_c(built: Path) -> Path:
     binary = built / "edges"
-    assert "warning" not in bench.mpicc(PROGRAMS / "edges.c", binary)
+    assert "warning" not in mpicc(PROGRAMS / "edges.c", binary)
     return binary
 
 
 @pytest.fixture
 def segment() -> Iterator[HookSegment]:
-    with bench.hook_segment(2) as seg:
+    with hook_segment(2) as seg:
         yield seg
 
 
@@ -221,7 +232,7 @@ def check_sample(s: bench.Sample) -> None:
 def test_accuracy_against_the_bsp_apps_own_figures(
     language: str, granularity: float, imbalance: float, hook: Path, bsp_probe_c: Path, tmp_path: Path
 ) -> None:
-    program = bench.python_bsp(probe=True) if language == "python" else [str(bsp_probe_c)]
+    program = python_bsp(probe=True) if language == "python" else [str(bsp_probe_c)]
     samples = bench.accuracy_run(
         program, language, hook=hook, workdir=tmp_path, granularity=granularity, imbalance=imbalance
     )
@@ -240,7 +251,7 @@ def test_accuracy_against_the_bsp_apps_own_figures(
 
 @pytest.mark.parametrize("language", ["python", "c"])
 def test_accuracy_spin_blocking(language: str, hook: Path, bsp_probe_c: Path, tmp_path: Path) -> None:
-    program = bench.python_bsp(probe=True) if language == "python" else [str(bsp_probe_c)]
+    program = python_bsp(probe=True) if language == "python" else [str(bsp_probe_c)]
     samples = bench.accuracy_run(
         program, language, hook=hook, workdir=tmp_path, granularity=0.01, imbalance=2.0, mode=WAIT_SPINBLOCK
     )
@@ -301,7 +312,7 @@ def test_programs_that_never_call_mpi_leave_their_record_alone(hook: Path, segme
 
 def test_without_a_usable_segment_calls_pass_through(hook: Path, bsp_c: Path, segment: HookSegment) -> None:
     args = [str(bsp_c), "--granularity=1ms", "--iterations=20"]
-    done = bench.run(bench.command(args, 2, hook=hook))
+    done = run(command(args, 2, hook=hook))
     assert done.returncode == 0 and "bsp: OK" in done.stdout and done.stderr == "", done
     bogus = stats.segment_name(0, 9)
     with open(f"/dev/shm{bogus}", "wb") as f:
@@ -314,7 +325,7 @@ def test_without_a_usable_segment_calls_pass_through(hook: Path, bsp_c: Path, se
             (segment.name, "x"),
         ):
             env = {"STORM_HOOK_SEGMENT": name, "STORM_HOOK_INDEX": index}
-            done = bench.run(bench.command(args, 2, hook=hook, env=env))
+            done = run(command(args, 2, hook=hook, env=env))
             assert done.returncode == 0 and "bsp: OK" in done.stdout, done
             assert "storm mpihook: cannot use segment" in done.stderr, done
     finally:
@@ -327,10 +338,8 @@ def test_without_a_usable_segment_calls_pass_through(hook: Path, bsp_c: Path, se
 
 def run_edges(program: list[str], prefix: Path, hook: Path | None, mode: int) -> list[str]:
     """Both ranks' output of an edges program: without the hook (hook None), polling, or spin-blocking."""
-    with bench.hook_segment(2, mode, spin_ns=10_000) as seg:  # a short spin: most waits block
-        done = bench.run(
-            bench.command([*program, str(prefix)], 2, hook=hook, segment=seg.name if hook else None)
-        )
+    with hook_segment(2, mode, spin_ns=10_000) as seg:  # a short spin: most waits block
+        done = run(command([*program, str(prefix)], 2, hook=hook, segment=seg.name if hook else None))
         assert done.returncode == 0 and done.stderr == "", done
         if mode == WAIT_SPINBLOCK:
             assert record(seg, 1).block_ns > 0 and record(seg, 1).active
@@ -365,7 +374,7 @@ def test_statuses_and_results_are_those_of_the_blocking_calls(
 
 def build(name: str, built: Path, *flags: str) -> Path:
     binary = built / name
-    assert "warning" not in bench.mpicc(PROGRAMS / f"{name}.c", binary, *flags)
+    assert "warning" not in mpicc(PROGRAMS / f"{name}.c", binary, *flags)
     return binary
 
 
@@ -374,9 +383,9 @@ def outcome(
 ) -> tuple[list[str], list[RankCounters | None]]:
     """A program's output lines (sorted) and its records: without the hook (hook None), polling or
     spin-blocking (a short spin: most waits block)."""
-    with bench.hook_segment(nranks, mode, spin_ns=10_000) as seg:
-        argv = bench.command(program, nranks, hook=hook, segment=seg.name if hook else None, env=env)
-        done = bench.run(argv, timeout=60)
+    with hook_segment(nranks, mode, spin_ns=10_000) as seg:
+        argv = command(program, nranks, hook=hook, segment=seg.name if hook else None, env=env)
+        done = run(argv, timeout=60)
         assert done.returncode == 0 and done.stderr == "", done
         return sorted(done.stdout.splitlines()), seg.read_all()
 
@@ -441,18 +450,16 @@ def test_a_single_threaded_program_is_flagged_so_and_collectives_that_cannot_yie
 
 def test_back_to_back_calls_are_one_event_and_counters_carry_on(hook: Path, bsp_c: Path) -> None:
     args = [str(bsp_c), "--granularity=1ms", "--iterations=50"]
-    with bench.hook_segment(2) as seg:
-        bench.check(bench.run(bench.command(args, 2, hook=hook, segment=seg.name)))
+    with hook_segment(2) as seg:
+        check(run(command(args, 2, hook=hook, segment=seg.name)))
         first = record(seg, 1)
         assert first.active and first.calls >= 2 * 50 and 50 <= first.events < 60 and not first.in_call
-        bench.check(bench.run(bench.command(args, 2, hook=hook, segment=seg.name)))  # the same rank again
+        check(run(command(args, 2, hook=hook, segment=seg.name)))  # the same rank again
         second = record(seg, 1)
         assert second.calls == 2 * first.calls and second.comm_ns > first.comm_ns and second.pid != first.pid
         assert second.events in range(2 * first.events - 2, 2 * first.events + 3)
-    with bench.hook_segment(2) as seg:  # no gap: every call is an event
-        bench.check(
-            bench.run(bench.command(args, 2, hook=hook, segment=seg.name, env={"STORM_HOOK_GAP_NS": "0"}))
-        )
+    with hook_segment(2) as seg:  # no gap: every call is an event
+        check(run(command(args, 2, hook=hook, segment=seg.name, env={"STORM_HOOK_GAP_NS": "0"})))
         assert record(seg, 1).events == record(seg, 1).calls
 
 
@@ -463,11 +470,11 @@ def test_another_mpi_abi_passes_straight_through(hook: Path, built: Path, segmen
     """A program of the MPI-5 standard ABI (pointer handles, libmpi_abi.so), linked normally or loaded with
     RTLD_LOCAL through ctypes as mpi4py loads its MPI: it runs, and its records say FOREIGN_MPI."""
     program, library = built / "abi_ring", built / "libabi_ring.so"
-    bench.mpicc(PROGRAMS / "abi_ring.c", program, "-mpi-abi")
-    bench.mpicc(PROGRAMS / "abi_ring.c", library, "-mpi-abi", "-shared", "-fPIC", "-DAS_LIBRARY")
+    mpicc(PROGRAMS / "abi_ring.c", program, "-mpi-abi")
+    mpicc(PROGRAMS / "abi_ring.c", library, "-mpi-abi", "-shared", "-fPIC", "-DAS_LIBRARY")
     load = f"import ctypes, sys; sys.exit(ctypes.CDLL({str(library)!r}).abi_main())"
     for argv in ([str(program)], [sys.executable, "-c", load]):
-        done = bench.run(bench.command(argv, 2, hook=hook, segment=segment.name))
+        done = run(command(argv, 2, hook=hook, segment=segment.name))
         assert done.returncode == 0 and done.stdout == "abi: OK\n" and done.stderr == "", done
         for index in (0, 1):
             r = record(segment, index)
