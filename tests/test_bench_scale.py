@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from storm.mm import protocol as p
 from storm.mm.jobs import JobSpec
 from storm.mm.store import Store
 from storm.tools import bench_scale as b
@@ -122,3 +123,21 @@ def test_the_command_is_recorded_as_given(tmp_path: Path) -> None:
     markdown = tmp_path / "scale.md"
     assert b.main(["--parts", "", "--markdown", str(markdown)]) == 0  # no part: nothing runs
     assert f"`storm bench scale --parts  --markdown {markdown}`" in markdown.read_text()
+
+
+def test_the_soak_splits_idle_pe_time_by_whether_a_job_waited() -> None:
+    """2 PEs, from the first submission (0 s) to the last end (6 s): job 1 (2 ranks) waits 0-1 and runs 1-3;
+    job 2 (1 rank) waits 2-3 and runs 3-4 (the other PE idle while nothing waits); job 3 waits 5-6 and is
+    cancelled before it starts."""
+
+    def info(job_id: int, ranks: int, submit: float, start: float | None, end: float) -> p.JobInfo:
+        return p.JobInfo(
+            id=job_id, name="j", user="u", uid=0, state="COMPLETED", ranks=ranks, nodes=(),
+            submit_time=submit, start_time=start, end_time=end, exit_code=0, reason="", time_limit=None,
+            argv=("true",), cwd="/", output="", error="",
+        )  # fmt: skip
+
+    jobs = {1: info(1, 2, 0.0, 1.0, 3.0), 2: info(2, 1, 2.0, 3.0, 4.0), 3: info(3, 1, 5.0, None, 6.0)}
+    ran = soak.Soak(kinds=dict.fromkeys(jobs, soak.KINDS[0]), seconds=10.0, jobs=jobs)
+    # Waiting: 0-1 (job 1, 2 PEs idle), 2-3 (job 2, none idle), 5-6 (job 3, 2 idle); else 3-4 and 4-5.
+    assert ran.idle(pes=2) == {"while_jobs_waited": 4.0, "while_none_waited": 3.0}

@@ -128,6 +128,28 @@ class Soak:
                 held[kind.name] += (info.end_time - info.start_time) * info.ranks
         return dict(sorted(held.items()))
 
+    def idle(self, pes: int = NODES * PES) -> dict[str, float]:
+        """PE-seconds left idle between the first submission and the last end, split by whether some job of
+        the soak was waiting meanwhile (EASY's reservations, the hop from a PE's end to the next start) or
+        none was (the last jobs running out). O(n log n) in the soak's jobs."""
+        events: list[tuple[float, int, int]] = []  # (time, change of busy PEs, change of waiting jobs)
+        for j in self.kinds:
+            info = self.jobs.get(j)
+            if info is None or info.end_time is None:
+                continue
+            began = info.start_time if info.start_time is not None else info.end_time
+            events += [(info.submit_time, 0, 1), (began, 0, -1)]
+            if info.start_time is not None:
+                events += [(info.start_time, info.ranks, 0), (info.end_time, -info.ranks, 0)]
+        events.sort()
+        idle = {"while_jobs_waited": 0.0, "while_none_waited": 0.0}
+        busy = waiting = 0
+        then = events[0][0] if events else 0.0
+        for now, ranks, waits in events:
+            idle["while_jobs_waited" if waiting else "while_none_waited"] += max(0, pes - busy) * (now - then)
+            then, busy, waiting = now, busy + ranks, waiting + waits
+        return idle
+
 
 def warm_up(client: Client, cwd: Path, nodes: int = NODES, pes: int = PES) -> p.JobInfo:
     """One job on every PE: each daemon has run a job, so caches and connections are warm before timing."""
@@ -216,7 +238,7 @@ def measure(directory: Path, jobs: int = JOBS, seed: int = SEED, sync: str = "FU
     return {
         "jobs": jobs, "seed": seed, "window": WINDOW, "nms": NODES, "pes_per_node": PES,
         "seconds": soak.seconds, "jobs_per_second": soak.rate, "states": soak.states(),
-        "pe_seconds": held, "busy": sum(held.values()) / (NODES * PES * soak.seconds),
+        "pe_seconds": held, "busy": sum(held.values()) / (NODES * PES * soak.seconds), "idle": soak.idle(),
         "kinds": soak.by_kind(), "as_their_kind": jobs - len(wrong), "wrong": [list(w) for w in wrong[:10]],
         "unexpected_jobs": unexpected,
     }  # fmt: skip
@@ -261,6 +283,9 @@ def figures(result: dict[str, Any]) -> list[dict[str, Any]]:
         dict(part="soak", name=f"{mix}: PEs busy (start to recorded end)", value=100 * result["busy"],
              unit="%"),
         dict(part="soak", name="  of that, the time-limit jobs", value=100 * timeouts, unit="%"),
+        *[dict(part="soak", name=f"  PEs idle while {who}", value=result["idle"][key], unit="PE-s")
+          for key, who in (("while_jobs_waited", "jobs waited"), ("while_none_waited", "none waited"))
+          if "idle" in result],
         dict(part="soak", name=f"{mix}: speed-up over today ({BASELINE_RATE:g} jobs/s){several}",
              value=speedup, unit="x", goal=f">= {GOAL_SPEEDUP:g}x", met=ok and speedup >= GOAL_SPEEDUP),
     ]  # fmt: skip
