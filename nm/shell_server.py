@@ -3,8 +3,9 @@ job of the user the NM gives it (each job: nm/shell.py).
 
 A new process per job cost about 5 ms of CPU before its first rank even started (a fork of the pre-imported
 launcher, an event loop, a ZeroMQ context and its threads): with the rank's own start and the NM's part,
-that capped storm near 100 one-rank jobs per second on two cores. A job shell that stays and forks only the
-ranks (which Python then starts with vfork: the job shell runs as the user already) costs a message per job.
+that capped storm near 100 one-rank jobs per second on two cores. A job shell that stays and starts only the
+ranks (with posix_spawn: nm/process_start.py; the job shell runs as the user already) costs a message per
+job.
 
 It connects to the NM's Unix socket (nm/shell_link.py: the NM knows its shells by pid, which the kernel
 vouches for) and says ``shell_ready``; then the NM sends it ``shell_launch`` for each
