@@ -12,7 +12,7 @@ import pytest
 
 from storm.mm import protocol as p
 from storm.mm.slurm_style import format_duration
-from storm.tools import cli, cli_arrays
+from storm.tools import cli, cli_arrays, cli_local
 from storm.tools.cli import (
     UsageError,
     check_command,
@@ -304,15 +304,15 @@ def test_storm_sim_offers_every_action_the_simulator_has() -> None:
 
 def test_local_up_on_a_torus_takes_its_node_count_from_the_torus() -> None:
     parsed = cli.build_parser().parse_args(["local", "up", "--topology", "torus:2x2x2"])
-    assert cli.local_topology(parsed) == (8, (2, 2, 2))
+    assert cli_local.local_topology(parsed) == (8, (2, 2, 2))
     parsed = cli.build_parser().parse_args(["local", "up"])
-    assert cli.local_topology(parsed) == (2, None)
+    assert cli_local.local_topology(parsed) == (2, None)
     parsed = cli.build_parser().parse_args(["local", "up", "--topology", "torus:2x2x2", "--nodes", "4"])
     with pytest.raises(UsageError, match="torus:2x2x2 has 8 nodes, not --nodes 4"):
-        cli.local_topology(parsed)
+        cli_local.local_topology(parsed)
     parsed = cli.build_parser().parse_args(["local", "up", "--topology", "mesh 2x2"])
     with pytest.raises(UsageError, match=r"--topology: .*neither 'flat' nor 'torus XxYxZ'"):
-        cli.local_topology(parsed)
+        cli_local.local_topology(parsed)
 
 
 def test_a_local_torus_writes_each_nodes_place(tmp_path: Path) -> None:
@@ -343,10 +343,10 @@ def test_queue_and_show_give_a_moldable_jobs_range_then_its_size_and_say_suspend
 
 def test_local_up_takes_mm_settings_in_toml_and_checks_them_first() -> None:
     pairs = ["preemption=suspend", "qos={normal=0,high=10}", "preempt_min_run=5", "backfill=none"]
-    assert cli.mm_settings(pairs) == {
+    assert cli_local.mm_settings(pairs) == {
         "preemption": "suspend", "qos": {"normal": 0, "high": 10}, "preempt_min_run": 5, "backfill": "none",
     }  # fmt: skip
-    assert cli.mm_settings(["mpl=3"], "gang") == {"mpl": 3}
+    assert cli_local.mm_settings(["mpl=3"], "gang") == {"mpl": 3}
     for pair, error in (
         ("preemption=maybe", "--set: mm.preemption: 'maybe' is not one of off, suspend"),
         ("mpl=3", "--set: cluster.policy batch runs one job per PE: mm.mpl must be 1"),
@@ -354,7 +354,7 @@ def test_local_up_takes_mm_settings_in_toml_and_checks_them_first() -> None:
         ("frob=1", "--set: mm: unknown setting(s) frob"),
     ):
         with pytest.raises(cli.UsageError, match="^" + re.escape(error)):
-            cli.mm_settings([pair])
+            cli_local.mm_settings([pair])
 
 
 # ----------------------------------------------------------------------------------- arrays, dependencies
