@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from storm.tools import mpi4py_compare as compare
 from storm.tools import mpi4py_suite as suite
 from storm.tools.mpi4py_suite import Suite, SuiteRun, SuiteUnavailable
 
@@ -75,9 +76,9 @@ def test_mpi4py_suite(
     in_flight = 1 if policy == "batch" else MPL
     with suite.storm_cluster(tmp_path / "cluster", policy, ranks, mpl=MPL) as cluster, cluster.client() as c:
         run = runner.storm(c, policy, MODULES[ranks], ranks, limits, in_flight=in_flight)
-    regressions = suite.regressions(base, run)
-    hangs = suite.new_hangs(base, run)
+    regressions = compare.regressions(base, run)
+    hangs = compare.new_hangs(base, run)
     assert not regressions and not hangs, (
         f"{len(regressions)} regressions, {len(hangs)} modules hung or crashed under storm {policy} with "
-        f"{ranks} ranks:\n" + suite.report(base, run, texts=True)
+        f"{ranks} ranks:\n" + compare.report(base, run, texts=True)
     )

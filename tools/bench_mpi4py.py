@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from storm.mm.protocol import POLICIES, Policy
+from storm.tools import mpi4py_compare as compare
 from storm.tools import mpi4py_suite as suite
 from storm.tools.mpi4py_suite import Suite, SuiteRun, SuiteUnavailable
 
@@ -41,7 +42,7 @@ Json = dict[str, Any]
 def row(baseline: SuiteRun, run: SuiteRun) -> Json:
     """One line of the table: counts of ``run``'s tests and what went worse than under ``baseline``."""
     counts = run.counts()
-    regressions = suite.regressions(baseline, run) if run is not baseline else []
+    regressions = compare.regressions(baseline, run) if run is not baseline else []
     return {
         "launcher": run.launcher,
         "ranks": run.ranks,
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace, source: Path, work: Path) -> Json:
                 runs.append(runner.storm(c, policy, modules, ranks, limits, in_flight=in_flight, log=True))
     table = [row(baselines[r.ranks], r) for r in runs]
     reports = {
-        f"{r.launcher}, {r.ranks} ranks": suite.report(baselines[r.ranks], r)
+        f"{r.launcher}, {r.ranks} ranks": compare.report(baselines[r.ranks], r)
         for r in runs
         if r.launcher != "mpiexec"
     }
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace, source: Path, work: Path) -> Json:
         "table": table,
         "reports": reports,
         "regressions": {
-            f"{r.launcher}-{r.ranks}": [vars(x) for x in suite.regressions(baselines[r.ranks], r)]
+            f"{r.launcher}-{r.ranks}": [vars(x) for x in compare.regressions(baselines[r.ranks], r)]
             for r in runs
             if r.launcher != "mpiexec"
         },
