@@ -48,7 +48,9 @@ class Totals:
     stopped: int = 0
     queued: int = 0
 
-    def add(self, new: Snapshot, old: Snapshot) -> None:
+    def add(self, new: Snapshot, old: Snapshot) -> int:
+        """Add the interval from ``old`` to ``new``; returns the nanoseconds by which its CPU, stopped and
+        queued time exceed its wall time (0 if they do not): see Profiler.update."""
         wall, cpu, poll = new.wall - old.wall, new.cpu - old.cpu, new.poll - old.poll
         stopped, queued = new.stopped - old.stopped, new.queued - old.queued
         self.wall += wall
@@ -56,9 +58,11 @@ class Totals:
         self.poll += poll
         # mpihook's block phase lasts until the call returns, so it includes the wait for a CPU after the
         # wake-up, which the kernel counts as queued: blocked is what is left of the wall time.
-        self.blocked += max(0, min(new.blocked - old.blocked, wall - cpu - stopped - queued))
+        left = wall - cpu - stopped - queued
+        self.blocked += max(0, min(new.blocked - old.blocked, left))
         self.stopped += stopped
         self.queued += queued
+        return max(0, -left)
 
 
 class Profiler:
@@ -66,12 +70,27 @@ class Profiler:
         self.node = node
         self.last: dict[Key, Snapshot] = {}
         self.totals: dict[tuple[Key, str], Totals] = {}
+        self.classes: dict[Key, list[Totals]] = {}  # each process's totals, one per class it had
 
     def update(self, key: Key, snapshot: Snapshot, label: str) -> None:
-        """What happened to the process since its last snapshot (or its start) happened in class ``label``."""
+        """What happened to the process since its last snapshot (or its start) happened in class ``label``.
+
+        The kernel adds a wait for a CPU to the run delay only once the wait ends, so an interval may get
+        the queued time of an earlier one, which counted that time as blocked (the block phase lasts until
+        the call returns): what an interval's times exceed its wall time by comes off the blocked time
+        counted before (in its class then), so that no time counts as both.
+        """
         old = self.last.get(key, ZERO)
         self.last[key] = snapshot
-        self.totals.setdefault((key, label), Totals()).add(snapshot, old)
+        totals = self.totals.get((key, label))
+        if totals is None:
+            totals = self.totals[key, label] = Totals()
+            self.classes.setdefault(key, []).append(totals)
+        excess = totals.add(snapshot, old)
+        for earlier in (totals, *self.classes[key]) if excess else ():  # (a process has a class or three)
+            taken = min(excess, earlier.blocked)
+            earlier.blocked -= taken
+            excess -= taken
 
     def entries(self, job_id: int) -> tuple[ProfileEntry, ...]:
         """The job's processes on this node, one entry per rank and class, in seconds."""
@@ -85,5 +104,6 @@ class Profiler:
     def forget(self, job_id: int) -> None:
         for key in [k for k in self.last if k[0] == job_id]:
             del self.last[key]
+            self.classes.pop(key, None)
         for key2 in [k for k in self.totals if k[0][0] == job_id]:
             del self.totals[key2]

@@ -72,3 +72,23 @@ def test_blocked_time_never_counts_the_wait_for_a_cpu_twice() -> None:
     profiler.update((1, 0), Snapshot(wall=100 * MS, cpu=30 * MS, blocked=70 * MS, queued=20 * MS), "DC")
     (entry,) = profiler.entries(1)
     assert (entry.blocked, entry.queued, entry.compute) == pytest.approx((0.05, 0.02, 0.03))
+
+
+def test_a_wait_for_a_cpu_the_kernel_reports_late_comes_off_the_blocked_time_counted_before() -> None:
+    """The run delay grows only once a wait for a CPU ends: 60 ms of the first interval's block phase were
+    such a wait, reported in the second interval (with 90 ms of its own). Every category stays within the
+    wall time, and the blocked time is what is left."""
+    profiler = Profiler("n1")
+    profiler.update((1, 0), Snapshot(wall=100 * MS, blocked=100 * MS), "DC")
+    profiler.update((1, 0), Snapshot(wall=200 * MS, cpu=10 * MS, blocked=200 * MS, queued=150 * MS), "DC")
+    (entry,) = profiler.entries(1)
+    assert (entry.wall, entry.compute, entry.blocked, entry.queued) == pytest.approx((0.2, 0.01, 0.04, 0.15))
+    # Across a change of class, taken from the class the blocked time was counted in.
+    profiler.update((2, 0), Snapshot(wall=100 * MS, blocked=100 * MS), "F")
+    profiler.update((2, 0), Snapshot(wall=200 * MS, cpu=10 * MS, blocked=200 * MS, queued=150 * MS), "DC")
+    dc, f = sorted(profiler.entries(2), key=lambda e: e.klass)
+    assert (f.klass, f.blocked, dc.blocked, dc.queued) == pytest.approx(("F", 0.04, 0, 0.15))
+    parts = sum(e.compute + e.poll + e.blocked + e.stopped + e.queued for e in (dc, f))
+    assert parts == pytest.approx(dc.wall + f.wall)
+    profiler.forget(2)
+    assert profiler.entries(2) == () and (2, 0) not in profiler.classes
