@@ -1,10 +1,10 @@
 """How the job shell starts a rank (or a spawned process): posix_spawn, not subprocess.Popen.
 
 The job shell starts a process for every rank of every job, on the path from a job's launch to its end.
-Popen spent about 130 µs of the shell's CPU on each (its error pipe, file handles and bookkeeping, in
-Python), posix_spawn (glibc's clone with CLONE_VFORK, which reports a failed exec as an error) about 70,
-and the process starts some 70 µs sooner (`python -m storm.nm.process_start`, which times both). What Popen
-did for the shell that posix_spawn does not, done here instead:
+Popen spent 120-130 µs of the shell's CPU on each (its error pipe, file handles and bookkeeping, in
+Python), posix_spawn (glibc's clone with CLONE_VFORK, which reports a failed exec as an error) 67-73, and
+`true` went from its start to being reaped 50-60 µs sooner (`python -m storm.nm.process_start` times both).
+What Popen did for the shell that posix_spawn does not, done here instead:
 
 - The working directory: glibc's posix_spawn_file_actions_addchdir_np is not in Python's os.posix_spawn,
   so the shell (single-threaded, and between two awaits) enters ``cwd`` for the call and goes back after.

@@ -38,7 +38,7 @@ TIMEOUT = 60.0  # for a job of the window to end, and for the last ones
 # before issue 18 (commit 3b76864) measured 48-54 jobs/s with the same test.
 BASELINE_RATE = 64.0
 GOAL_SPEEDUP = 3.0
-SCALE_RUNS = 3  # of the mix in `storm bench scale`: a run moves by a few percent with the host
+SCALE_RUNS = 3  # of the mix in `storm bench scale`: one run moves by 5-10% with the host
 
 
 @dataclasses.dataclass(frozen=True)
