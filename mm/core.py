@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from storm.mm import protocol as p
-from storm.mm import targets
+from storm.mm import targets, wireup
 from storm.mm.accounting import NotAllowed, history_query
 from storm.mm.config import MMConfig
 from storm.mm.effects import Attach, Effect, Publish, ReadHistory, Reply, Send, Wait
@@ -40,6 +40,7 @@ from storm.mm.storage import Storage
 from storm.mm.streams import attach_output, relay_output
 from storm.mm.submission import Rejected, check_fits, job_spec
 from storm.mm.tally import TimingTotals
+from storm.mm.wireup import WireupReport
 
 log = logging.getLogger("storm.mm")
 
@@ -356,16 +357,10 @@ class Controller:
                 return self._rank_failed(msg, now, out)
             case p.JobNodeDone():
                 return self._job_node_done(msg, now, out) or p.Ack(job_id=msg.job_id, what=msg.op)
-            case p.PmiBarrierIn():
-                return self._pmi_barrier_in(msg, now, out)
             case p.JobStats():
                 return self._job_stats(msg, now)
-            case p.JobSpawned():
-                return self._job_spawned(msg, now)
-            case p.SpawnFailed():
-                return self._spawn_failed(msg, now, out)
-            case p.PmiName():
-                return self._pmi_name(msg, now, out)
+            case p.PmiBarrierIn() | p.JobSpawned() | p.SpawnFailed() | p.PmiName():
+                return self._wireup(msg, now, out)
             case p.JobOutput():
                 out.extend(self.output(msg, FromNode(sender), now))
                 return None
@@ -544,85 +539,13 @@ class Controller:
             self.runs.reports.job_stats(msg, now)
         return None
 
-    def _pmi_barrier_in(self, msg: p.PmiBarrierIn, now: float, out: list[Effect]) -> p.Error | None:
-        """Collect one node's arrival at a cross-node PMI barrier; answer all nodes when the last arrives.
-
-        The answer is stored before it is sent: a node whose copy was lost (the MM restarted) asks again
-        and gets it again, rather than waiting for nodes that have long passed the barrier. A node waits
-        for the answer to each barrier before it enters the next, so one more than a barrier ahead of the
-        job's current one is refused.
-        """
+    def _wireup(self, msg: WireupReport, now: float, out: list[Effect]) -> p.Error | None:
+        """A PMI barrier, an MPI_Comm_spawn's outcome or an MPI name request from a node (mm/wireup.py)."""
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
             return refused
-        job = self.runs.active.get(msg.job_id)
-        if job is None or msg.node not in job.nodes:
-            return None
-        track = self.runs.tracking[job.id]
-        if track.last_barrier is not None and msg.seq <= track.last_barrier[0]:
-            seq, kvs = track.last_barrier
-            if msg.seq == seq:
-                out.append(Send(msg.node, p.PmiBarrierOut(job_id=job.id, seq=seq, kvs=kvs)))
-            return None
-        current = 0 if track.last_barrier is None else track.last_barrier[0] + 1
-        if msg.seq > current + 1:
-            text = f"PMI barrier {msg.seq} of job {job.id}, but the job is at barrier {current}"
-            return self._refuse(msg.node, text, now)
-        arrived = track.barriers.setdefault(msg.seq, {})
-        arrived[msg.node] = msg.kvs
-        if set(arrived) >= set(job.nodes):
-            merged: dict[str, str] = {}
-            for kvs in arrived.values():
-                merged.update(kvs)
-            del track.barriers[msg.seq]
-            self.store.save_barrier(job.id, msg.seq, merged)
-            track.last_barrier = (msg.seq, merged)
-            for node in job.nodes:
-                out.append(Send(node, p.PmiBarrierOut(job_id=job.id, seq=msg.seq, kvs=merged)))
-        return None
-
-    def _job_spawned(self, msg: p.JobSpawned, now: float) -> p.Error | None:
-        """A node started the processes of an MPI_Comm_spawn of the job, or refused one: counted."""
-        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
-        if refused is not None:
-            return refused
-        job = self.runs.active.get(msg.job_id)
-        if job is not None and msg.node in job.nodes:
-            self.runs.count_spawn(msg)
-        return None
-
-    def _spawn_failed(self, msg: p.SpawnFailed, now: float, out: list[Effect]) -> p.Error | None:
-        """A spawned process failed: the job ends FAILED, as when one of its ranks fails."""
-        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
-        if refused is not None:
-            return refused
-        job = self.runs.active.get(msg.job_id)
-        if job is not None and msg.node in job.nodes and msg.node not in self.runs.tracking[job.id].done:
-            self.runs.end(job, JobState.FAILED, msg.describe(), now, out, exit_code=msg.exit.status)
-        return None
-
-    def _pmi_name(self, msg: p.PmiName, now: float, out: list[Effect]) -> p.Error | None:
-        """A process's MPI_Publish_name, MPI_Lookup_name or MPI_Unpublish_name, answered at once to its node
-        (names: see mm/runs.py)."""
-        refused = self._foreign(msg.node, msg.job_id, msg.op, now)
-        if refused is not None:
-            return refused
-        job = self.runs.active.get(msg.job_id)
-        port, error = "", f"storm: job {msg.job_id} has ended"
-        if job is not None and job.ending is None and msg.node in job.nodes:
-            port, error = self.runs.names.request(
-                msg.action,
-                uid=job.spec.uid,
-                user=job.spec.user,
-                job_id=job.id,
-                service=msg.service,
-                port=msg.port,
-            )
-        elif job is not None and job.ending is not None:
-            error = f"storm: job {msg.job_id} is ending ({job.reason})"
-        result = p.PmiNameResult(job_id=msg.job_id, seq=msg.seq, ok=not error, port=port, error=error)
-        out.append(Send(msg.node, result))
-        return None
+        problem = wireup.handle(self.runs, self.store, msg, now, out)
+        return None if problem is None else self._refuse(msg.node, problem, now)
 
     def _foreign(self, node_name: str, job_id: int, what: str, now: float) -> p.Error | None:
         """An error when ``node_name`` has no ranks of the job, as far as the MM knows; None when it may.
