@@ -112,12 +112,6 @@ def contract(function: Callable[..., Any], work: Path, quick: bool) -> list[Figu
     return [f if isinstance(f, Figure) else Figure(**vars(f)) for f in got]
 
 
-def from_measure_throughput(function: Callable[..., Any], work: Path, quick: bool) -> list[Figure]:
-    """bench_launch.measure_throughput(jobs, nodes) -> {"jobs_per_second": ...}."""
-    rate = float(function(200 if quick else 1000, 2)["jobs_per_second"])
-    return [Figure("launch", "1-rank `true` jobs end to end, 2 NMs", rate, "jobs/s", ">= 500", rate >= 500)]
-
-
 def from_measure_cli(function: Callable[..., Any], work: Path, quick: bool) -> list[Figure]:
     """bench_cli.measure_cli(cluster_dir, repeats, loop) on a cluster of 2 nodes of its own."""
     cluster = LocalCluster(dir=work / "cli", nodes=2, nm_settings={"kill_grace": 1.0})
@@ -139,8 +133,7 @@ def from_measure_cli(function: Callable[..., Any], work: Path, quick: bool) -> l
 
 
 def launch_fallback(work: Path, quick: bool) -> list[Figure]:
-    """A bench_launch without measure_throughput (the one-at-a-time ``throughput`` it had is gone): the rows
-    are reported, not measured."""
+    """A bench_launch without scale_figures: the row is reported, not measured."""
     return [Figure("launch", "1-rank `true` jobs end to end, 2 NMs", None, "jobs/s", ">= 500")]
 
 
@@ -151,7 +144,7 @@ def cli_fallback(work: Path, quick: bool) -> list[Figure]:
 PLUGINS: dict[str, tuple[str, tuple[tuple[str, Adapter], ...], Callable[[Path, bool], list[Figure]]]] = {
     "launch": (
         "storm.tools.bench_launch",
-        (("scale_figures", contract), ("measure_throughput", from_measure_throughput)),
+        (("scale_figures", contract),),
         launch_fallback,
     ),
     "cli": (
