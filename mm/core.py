@@ -40,7 +40,6 @@ from storm.mm.storage import Storage
 from storm.mm.streams import attach_output, relay_output
 from storm.mm.submission import Rejected, check_fits, job_spec
 from storm.mm.tally import TimingTotals
-from storm.mm.wireup import WireupReport
 
 log = logging.getLogger("storm.mm")
 
@@ -539,7 +538,7 @@ class Controller:
             self.runs.reports.job_stats(msg, now)
         return None
 
-    def _wireup(self, msg: WireupReport, now: float, out: list[Effect]) -> p.Error | None:
+    def _wireup(self, msg: wireup.WireupReport, now: float, out: list[Effect]) -> p.Error | None:
         """A PMI barrier, an MPI_Comm_spawn's outcome or an MPI name request from a node (mm/wireup.py)."""
         refused = self._foreign(msg.node, msg.job_id, msg.op, now)
         if refused is not None:
